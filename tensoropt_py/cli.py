@@ -1,0 +1,195 @@
+"""The ``tensoropt-py`` command (also ``python -m tensoropt_py``).
+
+Subcommands: ``frontier``, ``find``, ``profile``, ``calibrate``, ``show`` and ``run``.
+Bad input ends with a one-line ``tensoropt-py: error: ...`` and exit status 2, no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from contextlib import contextmanager
+
+from .errors import TensorOptError
+
+__all__ = ["main"]
+
+
+def _progress(total, desc):
+    from tqdm import tqdm
+
+    # disable=None: a bar on a terminal, silence in pipes and CI logs.
+    return tqdm(total=total, desc=desc, disable=None, leave=False, file=sys.stderr)
+
+
+@contextmanager
+def _stage(desc):
+    bar = _progress(1, desc)
+    try:
+        yield
+    finally:
+        bar.update(1)
+        bar.close()
+
+
+def _add_common(p, *, devices_many=False):
+    p.add_argument("--model", required=True,
+                   help="zoo name (optionally name:key=value,...) or package.module:factory")
+    p.add_argument("--cluster", default="v100-2x8", help="preset name or cluster JSON file (default v100-2x8)")
+    if devices_many:
+        p.add_argument("--devices", default=None, help="comma-separated device counts (default: all valid counts)")
+    else:
+        p.add_argument("--devices", type=int, default=None, help="device count (default: every device)")
+    p.add_argument("--memory-cap", default=None, help='memory per device, e.g. "14.5GB" (default: memory / 1.1)')
+    p.add_argument("--method", choices=("ldp", "elimination"), default="ldp")
+    p.add_argument("--exact", action="store_true", help="no heuristic elimination: the exact frontier")
+    p.add_argument("--epsilon", type=float, default=0.0, help="epsilon-Pareto thinning (0 = off)")
+    p.add_argument("--optimizer", choices=("adam", "sgd", "momentum"), default="adam")
+    p.add_argument("--json", default=None, help="write the result as JSON to this path")
+
+
+def _parser():
+    parser = argparse.ArgumentParser(prog="tensoropt-py", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("frontier", help="print the cost frontier and the strategy picked under the memory cap")
+    _add_common(p)
+    p.add_argument("--plot", default=None, help="write the Fig. 6 style plot (PNG/PDF/SVG)")
+    p.add_argument("--baselines", action="store_true", help="also cost the baselines and draw them")
+    p.add_argument("--limit", type=int, default=30, help="rows of the frontier table to print")
+
+    p = sub.add_parser("find", help="find one strategy (mini_time or mini_parallelism)")
+    _add_common(p)
+    p.add_argument("--option", choices=("mini_time", "mini_parallelism"), default="mini_time")
+    p.add_argument("--refine", choices=("mcmc",), default=None, help="refine with the FlexFlow simulator")
+    p.add_argument("--budget", default="30s", help="refinement budget (e.g. 30s)")
+    p.add_argument("--seed", type=int, default=None)
+
+    p = sub.add_parser("profile", help="best time per device count (Fig. 8)")
+    _add_common(p, devices_many=True)
+    p.add_argument("--plot", default=None)
+
+    sub.add_parser("calibrate", help="measure collective bandwidth and compute tables (run under mpiexec)",
+                   add_help=False)
+
+    p = sub.add_parser("show", help="print a saved plan")
+    p.add_argument("plan", help="PLAN.json")
+
+    sub.add_parser("run", help="execute a plan over MPI ranks (run under mpiexec)", add_help=False)
+    return parser
+
+
+def _cmd_frontier(args):
+    from . import api
+
+    cluster = api.load_cluster(args.cluster)
+    with _stage("building the cost graph and tracking the frontier"):
+        fr = api.frontier(args.model, cluster, args.devices, method=args.method, exact=args.exact,
+                          epsilon=args.epsilon, optimizer=args.optimizer)
+    cap = api._memory_cap(args.memory_cap, cluster)
+    print(fr)
+    print(f"cost graph built in {fr.seconds['build']:.2f} s, frontier tracked in {fr.seconds['track']:.2f} s")
+    try:
+        picked = fr.index_under(cap)
+    except TensorOptError as exc:
+        picked = None
+        print(f"no strategy fits under the cap: {exc}")
+    print(fr.table(mark=picked, limit=args.limit))
+    plan = None
+    if picked is not None:
+        plan = fr.plan(picked)
+        print(f"\npicked under {cap / 1e9:.2f} GB per device (mini_time):")
+        print(plan.summary())
+        print(plan.table(limit=12))
+    baselines = {}
+    if args.baselines:
+        from . import baselines as bl
+
+        with _stage("costing the baselines"):
+            baselines = bl.all_baselines(fr.model_cost_graph, cluster)
+        for name, b in baselines.items():
+            if b is not None and hasattr(b, "summary"):
+                print(f"{name}: {b.summary()}")
+    if args.plot:
+        fr.plot(args.plot, memory_cap=cap, baselines=baselines)
+        print(f"plot written to {args.plot}")
+    if args.json:
+        fr.to_json(args.json)
+        print(f"frontier written to {args.json}")
+
+
+def _cmd_find(args):
+    from . import api
+
+    with _stage("searching"):
+        plan = api.find_strategy(args.model, args.cluster, option=args.option, devices=args.devices,
+                                 memory_cap=args.memory_cap, method=args.method, exact=args.exact,
+                                 epsilon=args.epsilon, optimizer=args.optimizer, refine=args.refine,
+                                 budget=args.budget if args.refine else None, seed=args.seed)
+    print(plan)
+    if args.json:
+        plan.to_json(args.json)
+        print(f"plan written to {args.json}")
+
+
+def _cmd_profile(args):
+    from . import api
+
+    devices = None
+    if args.devices:
+        try:
+            devices = [int(d) for d in args.devices.split(",") if d.strip()]
+        except ValueError:
+            raise api.InvalidInputError(f"--devices must be comma-separated integers, got {args.devices!r}") from None
+    prof = api.find_strategy(args.model, args.cluster, option="profiling", devices=devices,
+                             memory_cap=args.memory_cap, method=args.method, exact=args.exact,
+                             epsilon=args.epsilon, optimizer=args.optimizer)
+    print(prof)
+    if args.plot:
+        prof.plot(args.plot)
+        print(f"plot written to {args.plot}")
+    if args.json:
+        import json
+
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump({"devices": list(prof.devices), "time": [None if t != t else t for t in prof.time.tolist()],
+                       "memory": [None if m != m else m for m in prof.memory.tolist()],
+                       "memory_cap": prof.memory_cap, "model": prof.model, "cluster": prof.cluster}, fh)
+
+
+def _cmd_show(args):
+    from .plan import Plan
+
+    plan = Plan.from_json(args.plan)
+    print(plan.summary())
+    print(plan.table())
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # calibrate and run parse their own flags (they run under mpiexec).
+    if argv and argv[0] == "calibrate":
+        from .cost.calibrate import main as calibrate_main
+
+        return _guard(lambda: calibrate_main(argv[1:]))
+    if argv and argv[0] == "run":
+        from .exec.runner import main as run_main
+
+        return _guard(lambda: run_main(argv[1:]))
+    args = _parser().parse_args(argv)
+    handler = {"frontier": _cmd_frontier, "find": _cmd_find, "profile": _cmd_profile, "show": _cmd_show}[args.command]
+    return _guard(lambda: handler(args))
+
+
+def _guard(fn) -> int:
+    try:
+        code = fn()
+    except (TensorOptError, ValueError, FileNotFoundError) as exc:
+        # Library errors are the user's input: one line, no traceback.
+        print(f"tensoropt-py: error: {exc}", file=sys.stderr)
+        return 2
+    return int(code or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

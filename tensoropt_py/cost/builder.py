@@ -1,0 +1,429 @@
+"""Model graph + cluster -> :class:`~tensoropt_py.frontier.CostGraph` (TensorOpt Eq. 1-3).
+
+:func:`build_cost_graph` enumerates the configurations of every operator
+(:mod:`tensoropt_py.space.configs`), costs them (:mod:`tensoropt_py.cost.operator_cost`),
+and costs every graph edge (producer, consumer, tensor) as a
+:class:`~tensoropt_py.frontier.LayoutEdge`: a table over (producer output layout,
+consumer input layout) pairs, never a dense config x config table.
+
+Edge cost (Eq. 2)
+-----------------
+``fwd(A -> B_in) + bwd(B_grad -> A_grad)`` with :class:`~tensoropt_py.cost.reschedule.Rescheduler`
+(no backward after a data-loading INPUT operator or for integer tensors).
+
+Tensor reuse (§4.2)
+-------------------
+Let ``t`` be produced by ``P`` and read by consumers ``C_i``; "keeps" = ``t`` is in the
+operator's ``saved``.
+
+* ``P`` keeps ``t`` and exactly one consumer keeps it: the edge has 3 options,
+  ``[keep both, keep the producer's copy, keep the consumer's copy]``, with memory = the
+  kept local shard(s) and time = ``fwd + bwd`` plus, for a single copy, the rescheduling
+  that re-derives the other copy in backward (``A -> B_in`` resp. ``B_in -> A`` without
+  partial sums). When ``A == B_in`` the three collapse into option 0 (one shared copy, no
+  extra time); options 1-2 are +inf there.
+* ``P`` keeps ``t`` and several consumers keep it: ``P``'s copy is on ``P``'s node; each
+  such consumer edge has 2 options ``[own copy, re-derive from the producer's copy]``
+  (one option of memory 0 when ``A == B_in``).
+* otherwise every keeper pays its own copy on its node.
+
+Node memory therefore excludes saved tensors that edges carry; every cost is >= 0.
+
+Mesh-TensorFlow
+---------------
+With ``mesh_tensorflow=True`` (the machine-shaped mesh ``[machines, devices_per_machine]``
+of the devices used, or ``[N]`` inside one machine) or a mesh shape, every operator uses
+that mesh and an edge may only all-reduce partial sums (``B_in == A`` with partial axes
+replicated): other layout pairs cost :data:`FORBIDDEN_TIME` seconds (the engine needs one
+finite option per pair), so strategies using them are recognisable by their time.
+
+Examples
+--------
+>>> from tensoropt_py.graph.builder import GraphBuilder
+>>> from tensoropt_py.cluster import Cluster
+>>> gb = GraphBuilder("mlp")
+>>> x, y = gb.input([("x", (32, 64), "float32"), ("y", (32,), "int64")])
+>>> loss = gb.loss(gb.linear(gb.relu(gb.linear(x, 128)), 10), y)
+>>> mcg = build_cost_graph(gb.build(), Cluster.preset("v100-2x8"), 4)
+>>> [len(c) for c in mcg.configs]  # doctest: +SKIP
+>>> row = mcg.data_parallel_choice()
+>>> rec = mcg.decode(row)
+>>> bool(rec.memory > 0 and rec.time > 0)
+True
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidInputError
+from ..graph.ir import DTYPE_BYTES, DimKind, Graph, OpKind
+from ..space.configs import OpConfig, enumerate_configs
+from ..space.layout import Layout
+from .operator_cost import OperatorCoster
+from .optimizer import check_optimizer
+from .reschedule import ReschedulePath, Rescheduler
+
+__all__ = ["build_cost_graph", "ModelCostGraph", "EdgeInfo", "OpRecord", "EdgeRecord", "StrategyRecord",
+           "FORBIDDEN_TIME", "REUSE_OPTIONS"]
+
+#: Seconds charged for a layout pair Mesh-TensorFlow forbids.
+FORBIDDEN_TIME = 1e9
+
+#: Names of the tensor-reuse options per number of options R.
+REUSE_OPTIONS = {1: ("single",), 2: ("consumer_copy", "reuse_producer"), 3: ("both", "producer_copy", "consumer_copy")}
+
+_FLOAT = ("float32", "float16", "bfloat16", "float64")
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeInfo:
+    """What CostGraph edge ``j`` is."""
+
+    producer: str
+    consumer: str
+    tensor: str
+    use_index: int  # index of the consumer input use
+    src_layouts: tuple[Layout, ...]  # producer output layout classes
+    dst_layouts: tuple[Layout, ...]  # consumer input layout classes (forward)
+    dst_grad_layouts: tuple[Layout, ...]  # consumer input-gradient layout per class
+    reuse: str  # "none" | "pair" | "multi"
+    backward: bool
+
+
+@dataclass(frozen=True, slots=True)
+class OpRecord:
+    name: str
+    config: OpConfig
+    memory: float
+    time: float
+    compute_time: float
+    comm_time: float
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeRecord:
+    producer: str
+    consumer: str
+    tensor: str
+    src: Layout
+    dst: Layout
+    forward: ReschedulePath
+    backward: ReschedulePath | None
+    reuse: str
+    memory: float
+    time: float
+
+
+@dataclass(frozen=True, slots=True)
+class StrategyRecord:
+    ops: tuple[OpRecord, ...]
+    edges: tuple[EdgeRecord, ...]
+    memory: float
+    time: float
+    compute_time: float
+    comm_time: float
+
+
+@dataclass(frozen=True)
+class ModelCostGraph:
+    """A :class:`CostGraph` plus what decodes its strategies.
+
+    Attributes
+    ----------
+    cost_graph : CostGraph
+    graph : Graph
+    num_devices : int
+    op_names : tuple of str
+        Node ``i`` is operator ``op_names[i]``.
+    configs : tuple of tuple of OpConfig
+        ``configs[i][k]``: config ``k`` of node ``i``.
+    node_costs : tuple of ndarray (K_i, 4)
+        memory, time, compute time, comm time.
+    edges : tuple of EdgeInfo
+    edge_tables : tuple of (src_class (K_u,), dst_class (K_v,), table (A, B, R, 2))
+    """
+
+    cost_graph: Any
+    graph: Graph
+    num_devices: int
+    op_names: tuple
+    configs: tuple
+    node_costs: tuple
+    edges: tuple
+    edge_tables: tuple
+    rescheduler: Any = field(repr=False, compare=False)
+    edge_index: tuple = field(repr=False, compare=False)
+
+    def config_counts(self) -> dict:
+        """Operator name -> number of configurations."""
+        return {n: len(c) for n, c in zip(self.op_names, self.configs)}
+
+    def data_parallel_choice(self) -> np.ndarray:
+        """Per node, the config splitting the sample dimension over all devices if any (else replicated)."""
+        row = np.zeros(len(self.op_names), dtype=np.int64)
+        for i, (name, cfgs) in enumerate(zip(self.op_names, self.configs)):
+            op = self.graph.operator(name)
+            s = [j for j, d in enumerate(op.loop_dims) if d.kind is DimKind.SAMPLE]
+            best = None
+            for k, c in enumerate(cfgs):
+                f = c.split_factors()
+                if s and f[s[0]] == self.num_devices:
+                    best = k
+                    break
+            if best is None:
+                best = max(range(len(cfgs)), key=lambda k: cfgs[k].split_factors()[s[0]] if s else 0)
+            row[i] = best
+        return row
+
+    def decode(self, choices, edge_choices=None) -> StrategyRecord:
+        """Per-op and per-edge records of one strategy; totals equal the CostGraph's costs."""
+        choices = np.asarray(choices, dtype=np.int64).ravel()
+        if choices.shape[0] != len(self.op_names):
+            raise InvalidInputError(f"choices has {choices.shape[0]} entries, the graph has {len(self.op_names)} nodes")
+        if edge_choices is None:
+            edge_choices = np.zeros(len(self.edges), dtype=np.int64)
+        edge_choices = np.asarray(edge_choices, dtype=np.int64).ravel()
+        ops = []
+        for i, k in enumerate(choices):
+            if not 0 <= k < len(self.configs[i]):
+                raise InvalidInputError(f"config {k} of node {i} ({self.op_names[i]}) out of range 0..{len(self.configs[i]) - 1}")
+            m, t, ct, cm = self.node_costs[i][k]
+            ops.append(OpRecord(self.op_names[i], self.configs[i][k], float(m), float(t), float(ct), float(cm)))
+        recs = []
+        for j, (info, (sc, dc, table)) in enumerate(zip(self.edges, self.edge_tables)):
+            u, v = self.edge_index[j]
+            a, b, r = sc[choices[u]], dc[choices[v]], int(edge_choices[j])
+            m, t = table[a, b, r]
+            spec = self.graph.tensors[info.tensor]
+            fwd = self.rescheduler.path(spec.shape, spec.dtype, info.src_layouts[a], info.dst_layouts[b])
+            bwd = (self.rescheduler.backward(spec.shape, spec.dtype, info.src_layouts[a], info.dst_layouts[b],
+                                             info.dst_grad_layouts[b]) if info.backward else None)
+            recs.append(EdgeRecord(info.producer, info.consumer, info.tensor, info.src_layouts[a], info.dst_layouts[b],
+                                   fwd, bwd, REUSE_OPTIONS[table.shape[2]][r], float(m), float(t)))
+        mem = sum(o.memory for o in ops) + sum(e.memory for e in recs)
+        time = sum(o.time for o in ops) + sum(e.time for e in recs)
+        compute = sum(o.compute_time for o in ops)
+        return StrategyRecord(tuple(ops), tuple(recs), float(mem), float(time), float(compute), float(time - compute))
+
+
+def _valid_counts(cluster):
+    return tuple(cluster.device_counts())
+
+
+def _make_cost_graph(node_costs, edges):
+    try:
+        from ..frontier import CostGraph, LayoutEdge
+    except ImportError:  # engine not importable: keep the raw parts
+        from ..frontier.cost_graph import CostGraph, LayoutEdge
+    return CostGraph(node_costs=node_costs, edges=[(u, v, LayoutEdge(s, d, t)) for u, v, s, d, t in edges])
+
+
+def build_cost_graph(graph: Graph, cluster, devices: int, *, optimizer: str = "adam", dtype: str | None = None,
+                     mesh_tensorflow=False, max_configs: int | None = None, mixed_precision: bool = False,
+                     comm=None, compute=None, rescheduler: Rescheduler | None = None) -> ModelCostGraph:
+    """Build the CostGraph of ``graph`` on devices ``0..devices-1`` of ``cluster``.
+
+    Parameters
+    ----------
+    graph : Graph
+    cluster : Cluster
+    devices : int
+        Device count; must be one of ``cluster.device_counts()``.
+    optimizer : {"sgd", "momentum", "adam"}
+    dtype : str, optional
+        Compute dtype for the roofline (default: each operator's output dtype).
+    mesh_tensorflow : bool or sequence of int
+        Mesh-TensorFlow restrictions (module docstring).
+    max_configs : int, optional
+        Keep at most this many configurations per operator after dominance pruning (the
+        fastest ones, always including the one with the least memory).
+    mixed_precision : bool
+    comm, compute, rescheduler : optional
+        Models to use (built from ``cluster`` by default).
+    """
+    if not isinstance(graph, Graph):
+        raise InvalidInputError(f"graph must be a tensoropt_py Graph, got {type(graph).__name__}")
+    optimizer = check_optimizer(optimizer)
+    valid = _valid_counts(cluster)
+    if isinstance(devices, bool) or not isinstance(devices, (int, np.integer)) or int(devices) not in valid:
+        raise InvalidInputError(f"device count {devices!r} is not valid on cluster {cluster.name!r}; "
+                                f"valid counts: {', '.join(map(str, valid))}")
+    n = int(devices)
+    if max_configs is not None and (isinstance(max_configs, bool) or not isinstance(max_configs, int) or max_configs < 1):
+        raise InvalidInputError(f"max_configs must be a positive int or None, got {max_configs!r}")
+    mesh_tf = None
+    if mesh_tensorflow is True:
+        dpm = cluster.devices_per_machine
+        mesh_tf = (n,) if n <= dpm or n % dpm else (n // dpm, dpm)
+    elif mesh_tensorflow is not False and mesh_tensorflow is not None:
+        mesh_tf = tuple(int(s) for s in mesh_tensorflow)
+        if math.prod(mesh_tf) != n:
+            raise InvalidInputError(f"Mesh-TensorFlow mesh {list(mesh_tf)} does not have {n} devices")
+    if comm is None:
+        from .comm import CommModel
+
+        comm = CommModel(cluster)
+    if rescheduler is None:
+        rescheduler = Rescheduler(comm)
+    coster = OperatorCoster(cluster, comm=comm, compute=compute, optimizer=optimizer,
+                            mixed_precision=mixed_precision, dtype=dtype)
+    tensors = graph.tensors
+    ops = graph.operators
+    index = {op.name: i for i, op in enumerate(ops)}
+
+    # 1. configurations
+    configs = [list(enumerate_configs(op, n, mesh_tensorflow=mesh_tf)) for op in ops]
+    if n > 1 and all(len(c) == 1 and all(l < 0 for l in c[0].fine) for op, c in zip(ops, configs)
+                     if op.kind is not OpKind.INPUT):
+        raise InvalidInputError(f"device count {n} divides no splittable dimension of graph {graph.name!r}; "
+                                f"valid counts: {', '.join(map(str, valid))}")
+
+    # 2. edges and tensor-reuse roles
+    edge_list = []  # (producer, consumer, tensor, use_index)
+    for op in ops:
+        seen = set()
+        for ui, use in enumerate(op.inputs):
+            edge_list.append((graph.producer(use.tensor), op.name, use.tensor, ui, use.tensor not in seen))
+            seen.add(use.tensor)
+    keepers: dict = {}
+    for p, c, t, ui, first in edge_list:
+        if first and t in graph.operator(c).saved:
+            keepers.setdefault(t, []).append(c)
+    exclude = {op.name: set() for op in ops}
+    edge_reuse = []
+    for p, c, t, ui, first in edge_list:
+        prod_keeps = t in graph.operator(p).saved
+        cons_keeps = first and t in graph.operator(c).saved
+        if prod_keeps and cons_keeps:
+            mode = "pair" if len(keepers[t]) == 1 else "multi"
+            exclude[c].add(t)
+            if mode == "pair":
+                exclude[p].add(t)
+        else:
+            mode = "none"
+        edge_reuse.append(mode)
+
+    # 3. node costs and dominance pruning
+    def layouts_of(op, cfgs):
+        nin, npar = len(op.inputs), len(op.params)
+        outs = [[c.layout(op, nin + npar + o) for c in cfgs] for o in range(len(op.outputs))]
+        ins = [[c.layout(op, i) for c in cfgs] for i in range(nin)]
+        grads = [[c.layout(op, i, gradient=True) for c in cfgs] for i in range(nin)]
+        return outs, ins, grads
+
+    node_costs, kept_layouts = [], []
+    for i, op in enumerate(ops):
+        cfgs = configs[i]
+        oc = coster.costs(op, tensors, cfgs, exclude_saved=exclude[op.name])
+        outs, ins, grads = layouts_of(op, cfgs)
+        arr = np.stack([oc.memory, oc.time, oc.compute_time, oc.comm_time], axis=1)
+        keep = _prune(arr, [tuple(L[k] for L in outs + ins + grads) for k in range(len(cfgs))], max_configs)
+        configs[i] = [cfgs[k] for k in keep]
+        node_costs.append(arr[keep])
+        kept_layouts.append(([[L[k] for k in keep] for L in outs], [[L[k] for k in keep] for L in ins],
+                             [[L[k] for k in keep] for L in grads]))
+
+    # 4. edge tables
+    edges_out, infos, tables, eidx = [], [], [], []
+    for (p, c, t, ui, first), mode in zip(edge_list, edge_reuse):
+        u, v = index[p], index[c]
+        pop, cop = ops[u], ops[v]
+        oi = [k for k, use in enumerate(pop.outputs) if use.tensor == t][0]
+        src_l = kept_layouts[u][0][oi]
+        dst_l, dst_g = kept_layouts[v][1][ui], kept_layouts[v][2][ui]
+        src_cls, src_ids = _intern(src_l)
+        dst_cls, dst_ids = _intern(list(zip(dst_l, dst_g)))
+        spec = tensors[t]
+        backward = pop.kind is not OpKind.INPUT and spec.dtype in _FLOAT
+        itemsize = DTYPE_BYTES[spec.dtype]
+        R = {"none": 1, "multi": 2, "pair": 3}[mode]
+        table = np.full((len(src_cls), len(dst_cls), R, 2), np.inf)
+        dB = [B for B, _ in dst_cls]
+        Ars = [A.without_partial() for A in src_cls]
+        fwd = rescheduler.matrix(spec.shape, spec.dtype, src_cls, dB)
+        bwd = np.zeros_like(fwd)
+        if backward:
+            grads, gid = _intern([G for _, G in dst_cls])
+            ars, aid = _intern(Ars)
+            T = rescheduler.matrix(spec.shape, spec.dtype, grads, ars)  # (G, A')
+            bwd = T[gid][:, aid].T
+        back = None
+        if mode == "pair":
+            back = rescheduler.matrix(spec.shape, spec.dtype, dB, Ars).T  # (A, B)
+        base = fwd + bwd
+        amem = np.array([A.local_numel(spec.shape) * itemsize for A in src_cls], dtype=np.float64)[:, None]
+        bmem = np.array([B.local_numel(spec.shape) * itemsize for B in dB], dtype=np.float64)[None, :]
+        bpos: dict = {}
+        for j, B in enumerate(dB):
+            bpos.setdefault(B, []).append(j)
+        same = np.zeros(fwd.shape, dtype=bool)
+        for a, Ar in enumerate(Ars):
+            same[a, bpos.get(Ar, [])] = True
+        zero = np.zeros_like(base)
+        if mode == "none":
+            table[:, :, 0, 0], table[:, :, 0, 1] = zero, base
+        elif mode == "multi":
+            table[:, :, 0, 0] = np.where(same, 0.0, bmem + zero)
+            table[:, :, 0, 1] = base
+            table[:, :, 1, 0] = np.where(same, np.inf, 0.0)
+            table[:, :, 1, 1] = np.where(same, np.inf, base + fwd)
+        else:
+            table[:, :, 0, 0] = np.where(same, amem + zero, amem + bmem)
+            table[:, :, 0, 1] = base
+            table[:, :, 1, 0] = np.where(same, np.inf, amem + zero)
+            table[:, :, 1, 1] = np.where(same, np.inf, base + fwd)
+            table[:, :, 2, 0] = np.where(same, np.inf, bmem + zero)
+            table[:, :, 2, 1] = np.where(same, np.inf, base + back)
+        if mesh_tf is not None:
+            forbid = ~same
+            table[forbid] = np.inf
+            table[forbid, 0] = (0.0, FORBIDDEN_TIME)
+        edges_out.append((u, v, src_ids, dst_ids, table))
+        infos.append(EdgeInfo(p, c, t, ui, tuple(src_cls), tuple(B for B, _ in dst_cls), tuple(G for _, G in dst_cls),
+                              mode, backward))
+        tables.append((src_ids, dst_ids, table))
+        eidx.append((u, v))
+
+    cg = _make_cost_graph([np.ascontiguousarray(nc[:, :2]) for nc in node_costs], edges_out)
+    return ModelCostGraph(cost_graph=cg, graph=graph, num_devices=n, op_names=tuple(op.name for op in ops),
+                          configs=tuple(tuple(c) for c in configs), node_costs=tuple(node_costs), edges=tuple(infos),
+                          edge_tables=tuple(tables), rescheduler=rescheduler, edge_index=tuple(eidx))
+
+
+def _intern(items):
+    classes, ids, where = [], np.empty(len(items), dtype=np.int64), {}
+    for k, it in enumerate(items):
+        c = where.get(it)
+        if c is None:
+            c = where[it] = len(classes)
+            classes.append(it)
+        ids[k] = c
+    return classes, ids
+
+
+def _prune(costs: np.ndarray, signatures, max_configs):
+    """Indices kept: per layout signature the Pareto-minimal (memory, time) configs (one per cost pair)."""
+    groups: dict = {}
+    for k, s in enumerate(signatures):
+        groups.setdefault(s, []).append(k)
+    keep = []
+    for ks in groups.values():
+        ks = sorted(ks, key=lambda k: (costs[k, 0], costs[k, 1], k))
+        best_t = math.inf
+        for k in ks:
+            if costs[k, 1] < best_t:
+                keep.append(k)
+                best_t = costs[k, 1]
+    keep.sort()
+    if max_configs is not None and len(keep) > max_configs:
+        mem_min = min(keep, key=lambda k: (costs[k, 0], costs[k, 1]))
+        fast = sorted(keep, key=lambda k: (costs[k, 1], costs[k, 0]))[:max_configs]
+        if mem_min not in fast:
+            fast[-1] = mem_min
+        keep = sorted(fast)
+    return np.asarray(keep, dtype=np.int64)

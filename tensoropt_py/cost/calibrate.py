@@ -1,0 +1,612 @@
+"""Measure real communication and compute tables (TensorOpt §3.2 "Improving cost estimation accuracy").
+
+Communication
+-------------
+Run under MPI, one process per device::
+
+    mpiexec -n 4 python -m mpi4py -m tensoropt_py.cost.calibrate --out calib.json --max-log2 22
+
+For every *device partitioning* of the ranks into equal groups (consecutive groups ``(0..g-1),
+(g..2g-1), ...`` for every divisor ``g`` of the world size, plus strided groups when they give a
+different :func:`~tensoropt_py.cluster.group_signature` because the ranks span several
+machines), all groups run the collective **at the same time** (so contention is measured, as the
+paper requires) at sizes 2^i bytes, i in ``sizes_log2``. Each point is the median over
+``repeats`` runs (after ``warmup`` runs) of the slowest rank's time; every run starts after a
+world barrier. ``nbytes`` means what it means in :mod:`tensoropt_py.cost.comm` (the full logical
+tensor of a group); sizes smaller than one element per rank are rounded up to one element.
+
+Backends: ``"mpi"`` uses mpi4py's buffer interface on CPU numpy arrays (``Allreduce``,
+``Allgather``, ``Reduce_scatter_block``, ``Alltoall``, ``Bcast``, ``Sendrecv``; no pickling);
+``"nccl"`` uses ``torch.distributed`` with NCCL on CUDA tensors (ranks are placed on the GPUs of
+their machine); ``"auto"`` picks NCCL when CUDA is available with a GPU per local rank, MPI
+otherwise. Rank 0 writes the table to a calibration file (see
+:func:`~tensoropt_py.cluster.load_calibration`) that
+:meth:`~tensoropt_py.cluster.Cluster.with_calibration` loads. Run through ``python -m mpi4py``
+so that an exception on any rank aborts all of them.
+
+Compute
+-------
+:func:`calibrate_compute` times callables supplied by the cost layer (torch ops at shard
+shapes) with :func:`measure` and writes the ``compute`` section of the same file format.
+
+Examples
+--------
+>>> partition_plans(4, [0, 0, 0, 0])
+[(((0,), (1,), (2,), (3,)), (1, 1, 4)), (((0, 1), (2, 3)), (2, 2, 2)), (((0, 1, 2, 3),), (4, 4, 1))]
+>>> color_of(3, ((0, 1), (2, 3)))
+(1, 1)
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import math
+import os
+import socket
+import statistics
+import sys
+import time
+from typing import Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from ..cluster import COLLECTIVES, CommTable, ComputeTable, group_signature, write_calibration
+from ..errors import CalibrationError, InvalidInputError
+
+__all__ = [
+    "measure",
+    "calibrate_comm",
+    "calibrate_compute",
+    "partition_plans",
+    "color_of",
+    "machine_ids",
+    "buffer_elements",
+    "main",
+    "DEFAULT_MAX_LOG2",
+]
+
+#: Default largest size 2^22 bytes (4 MiB): a full run takes seconds on a CPU.
+DEFAULT_MAX_LOG2 = 22
+
+
+# --------------------------------------------------------------------------------------------
+# Pure rank logic (functions of rank, size and machine placement only)
+# --------------------------------------------------------------------------------------------
+
+
+def machine_ids(names: Sequence[str]) -> list[int]:
+    """Machine index of every rank from its host name, numbered by first appearance.
+
+    Examples
+    --------
+    >>> machine_ids(["b", "b", "a", "a"])
+    [0, 0, 1, 1]
+    """
+    index: dict[str, int] = {}
+    return [index.setdefault(n, len(index)) for n in names]
+
+
+def partition_plans(world_size: int, machines: Sequence[int]) -> list[tuple[tuple[tuple[int, ...], ...], tuple[int, int, int]]]:
+    """Device partitionings to measure and their signatures, in measuring order.
+
+    For every divisor ``g`` of ``world_size`` (ascending): consecutive groups, then strided
+    groups ``(j, j + s, j + 2s, ...)`` with ``s = world_size / g``; a partitioning whose
+    signature was already produced is skipped.
+
+    Parameters
+    ----------
+    world_size : int
+    machines : sequence of int
+        ``machines[r]`` is the machine index of rank ``r``.
+
+    Examples
+    --------
+    >>> [sig for _, sig in partition_plans(4, [0, 0, 1, 1])]
+    [(1, 1, 2), (2, 2, 1), (2, 1, 2), (4, 2, 1)]
+    """
+    if world_size < 1 or len(machines) != world_size:
+        raise InvalidInputError(f"need one machine id per rank: world_size={world_size}, machines={list(machines)}")
+    seen = set()
+    plans = []
+    for g in range(1, world_size + 1):
+        if world_size % g:
+            continue
+        stride = world_size // g
+        consecutive = tuple(tuple(range(c * g, (c + 1) * g)) for c in range(stride))
+        strided = tuple(tuple(range(j, world_size, stride)) for j in range(stride))
+        for groups in (consecutive, strided):
+            sig = group_signature(groups, lambda r: machines[r])
+            if sig not in seen:
+                seen.add(sig)
+                plans.append((groups, sig))
+    return plans
+
+
+def color_of(rank: int, groups) -> tuple[int, int]:
+    """``(color, key)`` for ``comm.Split``: the index of the rank's group and its position in it."""
+    for c, g in enumerate(groups):
+        if rank in g:
+            return c, g.index(rank)
+    raise InvalidInputError(f"rank {rank} is in none of the groups {groups!r}")
+
+
+def buffer_elements(kind: str, nbytes: int, group_size: int, itemsize: int) -> tuple[int, int]:
+    """``(send elements, receive elements)`` one rank uses for ``kind`` on ``nbytes``.
+
+    ``nbytes`` is the full logical tensor of the group (see :mod:`tensoropt_py.cost.comm`); a
+    per-rank piece is at least one element.
+
+    Examples
+    --------
+    >>> buffer_elements("all_gather", 1024, 4, 4), buffer_elements("reduce_scatter", 1024, 4, 4)
+    ((64, 256), (256, 64))
+    >>> buffer_elements("all_to_all", 2, 4, 1)
+    (4, 4)
+    """
+    e = max(1, nbytes // itemsize)
+    piece = max(1, e // group_size)
+    if kind in ("all_reduce", "broadcast", "send_recv"):
+        return e, e
+    if kind == "all_gather":
+        return piece, piece * group_size
+    if kind == "reduce_scatter":
+        return piece * group_size, piece
+    if kind == "all_to_all":
+        return piece * group_size, piece * group_size
+    raise InvalidInputError(f"unknown collective kind {kind!r}; expected one of {COLLECTIVES}")
+
+
+def _itemsize(nbytes: int) -> int:
+    """float32 elements when the size allows, bytes otherwise."""
+    return 4 if nbytes >= 4 and nbytes % 4 == 0 else 1
+
+
+# --------------------------------------------------------------------------------------------
+# Timing
+# --------------------------------------------------------------------------------------------
+
+
+def _check_counts(repeats, warmup):
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise InvalidInputError(f"repeats must be a positive int, got {repeats!r}")
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise InvalidInputError(f"warmup must be a non-negative int, got {warmup!r}")
+
+
+def measure(fn: Callable[[], object], repeats: int = 10, warmup: int = 2, sync: Callable[[], object] | None = None) -> float:
+    """Median wall time of ``fn()`` in seconds, after ``warmup`` untimed calls.
+
+    Parameters
+    ----------
+    fn : callable
+        The work (no arguments).
+    repeats : int, default 10
+    warmup : int, default 2
+    sync : callable, optional
+        Called after every ``fn()`` inside the timed region (e.g. ``torch.cuda.synchronize``).
+
+    Examples
+    --------
+    >>> t = measure(lambda: sum(range(100)), repeats=5, warmup=1)
+    >>> 0 < t < 1
+    True
+    """
+    _check_counts(repeats, warmup)
+    for _ in range(warmup):
+        fn()
+        if sync is not None:
+            sync()
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        if sync is not None:
+            sync()
+        samples.append(time.perf_counter() - t0)
+    return float(statistics.median(samples))
+
+
+def _auto_sync():
+    """``torch.cuda.synchronize`` when torch is already imported and CUDA is up, else None."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        return torch.cuda.synchronize
+    return None
+
+
+def calibrate_compute(entries, *, repeats: int = 10, warmup: int = 2, out=None, sync="auto", meta: Mapping | None = None) -> ComputeTable:
+    """Time operators and return (and optionally write) a compute table.
+
+    Parameters
+    ----------
+    entries : mapping key -> callable, or iterable of (key, callable)
+        Keys as :class:`~tensoropt_py.cost.compute.ComputeModel` looks them up, e.g.
+        ``"linear|[64,1024]x[1024,256]|float32|fwd+bwd"``; callables run the work once.
+    repeats, warmup : int
+        See :func:`measure`.
+    out : path, optional
+        Calibration file to write (its ``compute`` entries are merged, other sections kept).
+    sync : "auto", callable or None
+        Device synchronisation after each call; ``"auto"`` uses ``torch.cuda.synchronize`` when
+        CUDA is initialised.
+    meta : mapping, optional
+        Extra metadata to record (device name, torch version...).
+
+    Examples
+    --------
+    >>> t = calibrate_compute({"noop": lambda: None}, repeats=3, warmup=0)
+    >>> len(t), t.get("noop") >= 0
+    (1, True)
+    """
+    items = list(entries.items()) if isinstance(entries, Mapping) else list(entries)
+    if sync == "auto":
+        sync = _auto_sync()
+    times = {}
+    for item in items:
+        try:
+            key, fn = item
+        except (TypeError, ValueError):
+            raise InvalidInputError(f"compute entries must be (key, callable) pairs, got {item!r}") from None
+        if not isinstance(key, str) or not callable(fn):
+            raise InvalidInputError(f"compute entry needs a string key and a callable, got ({key!r}, {fn!r})")
+        times[key] = measure(fn, repeats=repeats, warmup=warmup, sync=sync)
+    info = {"repeats": repeats, "warmup": warmup, "host": socket.gethostname(),
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+    info.update(meta or {})
+    table = ComputeTable(times, info)
+    if out is not None:
+        write_calibration(out, compute=table)
+    return table
+
+
+# --------------------------------------------------------------------------------------------
+# Communication backends
+# --------------------------------------------------------------------------------------------
+
+
+class _MPIBackend:
+    name = "mpi"
+
+    def __init__(self, world):
+        from mpi4py import MPI
+
+        self.MPI = MPI
+        self.world = world
+
+    def split(self, groups):
+        color, key = color_of(self.world.rank, groups)
+        return self.world.Split(color, key)
+
+    def free(self, sub):
+        sub.Free()
+
+    def barrier(self):
+        self.world.Barrier()
+
+    def op(self, kind, nbytes, sub):
+        MPI = self.MPI
+        g, r = sub.size, sub.rank
+        itemsize = _itemsize(nbytes)
+        dtype = np.float32 if itemsize == 4 else np.uint8
+        ns, nr = buffer_elements(kind, nbytes, g, itemsize)
+        send = np.ones(ns, dtype=dtype)
+        recv = np.zeros(nr, dtype=dtype)
+        if kind == "all_reduce":
+            return lambda: sub.Allreduce(send, recv, op=MPI.SUM)
+        if kind == "all_gather":
+            return lambda: sub.Allgather(send, recv)
+        if kind == "reduce_scatter":
+            return lambda: sub.Reduce_scatter_block(send, recv, op=MPI.SUM)
+        if kind == "all_to_all":
+            return lambda: sub.Alltoall(send, recv)
+        if kind == "broadcast":
+            return lambda: sub.Bcast(send, root=0)
+        if kind == "send_recv":
+            dst, src = (r + 1) % g, (r - 1) % g
+            return lambda: sub.Sendrecv(send, dst, 0, recv, src, 0)
+        raise InvalidInputError(f"unknown collective kind {kind!r}")
+
+    def sync(self):
+        return None
+
+    def close(self):
+        pass
+
+
+class _NCCLBackend:
+    name = "nccl"
+
+    def __init__(self, world):
+        if not _cuda_plausible():  # fail fast, without importing torch
+            raise CalibrationError("backend 'nccl' needs CUDA, but no NVIDIA device is visible; use backend='mpi'")
+        try:
+            import torch
+            import torch.distributed as dist
+        except ImportError as exc:  # pragma: no cover - torch is a dependency
+            raise CalibrationError(f"backend 'nccl' needs torch: {exc}") from None
+        if not torch.cuda.is_available():
+            raise CalibrationError("backend 'nccl' needs CUDA, but torch.cuda.is_available() is False; use backend='mpi'")
+        from mpi4py import MPI
+
+        local = world.Split_type(MPI.COMM_TYPE_SHARED)
+        lrank, lsize = local.rank, local.size
+        local.Free()
+        ndev = torch.cuda.device_count()
+        if lsize > ndev:
+            raise CalibrationError(f"backend 'nccl': {lsize} ranks on this machine but only {ndev} GPUs")
+        torch.cuda.set_device(lrank)
+        self.torch, self.dist, self.world = torch, dist, world
+        addr = port = None
+        if world.rank == 0:
+            addr = socket.gethostbyname(socket.gethostname())
+            with socket.socket() as s:
+                s.bind(("", 0))
+                port = s.getsockname()[1]
+        addr, port = world.bcast((addr, port), root=0)
+        if not dist.is_initialized():
+            dist.init_process_group("nccl", init_method=f"tcp://{addr}:{port}", rank=world.rank, world_size=world.size)
+            self._owns = True
+        else:
+            self._owns = False
+
+    def split(self, groups):
+        mine = None
+        for grp in groups:  # every rank creates every group, in the same order
+            pg = self.dist.new_group(list(grp))
+            if self.world.rank in grp:
+                mine = (pg, grp)
+        return mine
+
+    def free(self, sub):
+        pg, _ = sub
+        try:
+            self.dist.destroy_process_group(pg)
+        except Exception:  # pragma: no cover - older torch cannot destroy subgroups
+            pass
+
+    def barrier(self):
+        self.torch.cuda.synchronize()
+        self.world.Barrier()
+
+    def op(self, kind, nbytes, sub):
+        torch, dist = self.torch, self.dist
+        pg, grp = sub
+        g = len(grp)
+        r = grp.index(self.world.rank)
+        itemsize = _itemsize(nbytes)
+        dtype = torch.float32 if itemsize == 4 else torch.uint8
+        ns, nr = buffer_elements(kind, nbytes, g, itemsize)
+        send = torch.ones(ns, dtype=dtype, device="cuda")
+        recv = torch.zeros(nr, dtype=dtype, device="cuda")
+        if kind == "all_reduce":
+            return lambda: dist.all_reduce(send, group=pg)
+        if kind == "all_gather":
+            return lambda: dist.all_gather_into_tensor(recv, send, group=pg)
+        if kind == "reduce_scatter":
+            return lambda: dist.reduce_scatter_tensor(recv, send, group=pg)
+        if kind == "all_to_all":
+            return lambda: dist.all_to_all_single(recv, send, group=pg)
+        if kind == "broadcast":
+            return lambda: dist.broadcast(send, src=grp[0], group=pg)
+        if kind == "send_recv":
+            dst, src = grp[(r + 1) % g], grp[(r - 1) % g]
+
+            def run():
+                ops = [dist.P2POp(dist.isend, send, dst, pg), dist.P2POp(dist.irecv, recv, src, pg)]
+                for w in dist.batch_isend_irecv(ops):
+                    w.wait()
+
+            return run
+        raise InvalidInputError(f"unknown collective kind {kind!r}")
+
+    def sync(self):
+        return self.torch.cuda.synchronize
+
+    def close(self):
+        if self._owns:
+            self.dist.destroy_process_group()
+
+
+def _cuda_plausible() -> bool:
+    """Cheap check before importing torch: an NVIDIA device node or CUDA_VISIBLE_DEVICES."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return False
+    return os.path.exists("/dev/nvidia0") or os.path.exists("/dev/nvidiactl")
+
+
+def _pick_backend(backend, world):
+    if backend not in ("mpi", "nccl", "auto"):
+        raise InvalidInputError(f"unknown backend {backend!r}; expected 'mpi', 'nccl' or 'auto'")
+    if backend == "auto":
+        use_nccl = False
+        if _cuda_plausible():
+            try:
+                import torch
+
+                from mpi4py import MPI
+
+                local = world.Split_type(MPI.COMM_TYPE_SHARED)
+                lsize = local.size
+                local.Free()
+                use_nccl = torch.cuda.is_available() and torch.cuda.device_count() >= lsize
+            except ImportError:
+                use_nccl = False
+        # every rank must agree
+        use_nccl = world.allreduce(int(use_nccl), op=_mpi().MIN) == 1
+        backend = "nccl" if use_nccl else "mpi"
+    return _NCCLBackend(world) if backend == "nccl" else _MPIBackend(world)
+
+
+def _mpi():
+    try:
+        from mpi4py import MPI
+    except ImportError as exc:
+        raise CalibrationError(f"communication calibration needs mpi4py and an MPI library (pip install mpi4py mpich): {exc}") from None
+    return MPI
+
+
+def calibrate_comm(
+    sizes_log2: Iterable[int] = range(0, DEFAULT_MAX_LOG2 + 1),
+    *,
+    repeats: int = 5,
+    warmup: int = 2,
+    backend: str = "auto",
+    collectives: Sequence[str] = COLLECTIVES,
+    comm=None,
+    out=None,
+    verbose: bool = False,
+) -> CommTable:
+    """Measure collective times for every device partitioning of the MPI ranks.
+
+    Must be called by **every** rank of ``comm`` (collective call).
+
+    Parameters
+    ----------
+    sizes_log2 : iterable of int
+        Exponents i of the sizes 2^i bytes to measure (0 <= i <= 40).
+    repeats : int, default 5
+        Timed runs per point (median of the slowest rank's times).
+    warmup : int, default 2
+        Untimed runs per point.
+    backend : {"auto", "mpi", "nccl"}
+    collectives : sequence of str
+        Subset of :data:`~tensoropt_py.cluster.COLLECTIVES`; ``send_recv`` is measured for
+        groups of two or more.
+    comm : mpi4py communicator, optional
+        Defaults to ``MPI.COMM_WORLD``; one rank per device.
+    out : path, optional
+        Rank 0 writes the table to this calibration file (keeping its compute section).
+    verbose : bool
+        Rank 0 prints progress.
+
+    Returns
+    -------
+    CommTable
+        The same table on every rank (sizes in bytes, seconds).
+    """
+    MPI = _mpi()
+    world = comm if comm is not None else MPI.COMM_WORLD
+    sizes = sorted(set(int(i) for i in sizes_log2))
+    if not sizes or sizes[0] < 0 or sizes[-1] > 40:
+        raise InvalidInputError(f"sizes_log2 must be non-empty integers in 0..40, got {sizes}")
+    _check_counts(repeats, warmup)
+    bad = [k for k in collectives if k not in COLLECTIVES]
+    if bad or not collectives:
+        raise InvalidInputError(f"unknown collectives {bad}; expected a non-empty subset of {COLLECTIVES}")
+    be = _pick_backend(backend, world)
+    rank, size = world.rank, world.size
+    hosts = world.allgather(MPI.Get_processor_name())
+    machines = machine_ids(hosts)
+    plans = partition_plans(size, machines)
+    sync = be.sync()
+    entries = {}
+    t_start = time.perf_counter()
+    try:
+        for groups, sig in plans:
+            sub = be.split(groups)
+            g = len(groups[0])
+            for kind in collectives:
+                if kind == "send_recv" and g == 1:
+                    continue
+                seconds = []
+                for i in sizes:
+                    fn = be.op(kind, 2**i, sub)
+                    for _ in range(warmup):
+                        be.barrier()
+                        fn()
+                    samples = np.empty(repeats)
+                    for j in range(repeats):
+                        be.barrier()
+                        t0 = time.perf_counter()
+                        fn()
+                        if sync is not None:
+                            sync()
+                        samples[j] = time.perf_counter() - t0
+                    world.Allreduce(MPI.IN_PLACE, samples, op=MPI.MAX)  # slowest rank per run
+                    seconds.append(float(np.median(samples)))
+                entries[(kind, sig)] = ([2.0**i for i in sizes], seconds)
+                if verbose and rank == 0:
+                    print(f"  {kind:14s} groups of {g:3d} sig={sig}: 2^{sizes[0]} B {seconds[0] * 1e6:9.1f} us"
+                          f" ... 2^{sizes[-1]} B {seconds[-1] * 1e6:9.1f} us", flush=True)
+            be.free(sub)
+    finally:
+        be.close()
+    meta = {
+        "backend": be.name,
+        "world_size": size,
+        "machines": len(set(machines)),
+        "hosts": sorted(set(hosts)),
+        "repeats": repeats,
+        "warmup": warmup,
+        "sizes_log2": sizes,
+        "seconds_taken": round(time.perf_counter() - t_start, 3),
+        "mpi": MPI.Get_library_version().splitlines()[0].strip() if rank == 0 else "",
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    meta = world.bcast(meta, root=0)
+    table = CommTable(entries, meta)
+    if out is not None and rank == 0:
+        write_calibration(out, comm=table)
+    return table
+
+
+# --------------------------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m mpi4py -m tensoropt_py.cost.calibrate",
+        description="Measure collective-communication times for every device partitioning of the MPI ranks "
+        "(run under mpiexec, one rank per device) and write a tensoropt_py calibration file.",
+    )
+    p.add_argument("--out", default="calibration.json", help="calibration file to write (default: calibration.json)")
+    p.add_argument("--min-log2", type=int, default=0, help="smallest size 2^i bytes (default 0)")
+    p.add_argument("--max-log2", type=int, default=DEFAULT_MAX_LOG2,
+                   help=f"largest size 2^i bytes (default {DEFAULT_MAX_LOG2}; the paper's P)")
+    p.add_argument("--repeats", type=int, default=5, help="timed runs per point, median taken (default 5)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed runs per point (default 2)")
+    p.add_argument("--backend", choices=("auto", "mpi", "nccl"), default="auto",
+                   help="mpi: CPU numpy buffers; nccl: torch.distributed on CUDA; auto: nccl if usable (default)")
+    p.add_argument("--collectives", default=",".join(COLLECTIVES),
+                   help=f"comma-separated subset of {','.join(COLLECTIVES)} (default: all)")
+    p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
+    return p
+
+
+def main(argv=None) -> int:
+    """CLI entry: ``python -m mpi4py -m tensoropt_py.cost.calibrate --out table.json --max-log2 20``.
+
+    Only rank 0 prints and writes. Returns the exit status (0).
+    """
+    args = _parser().parse_args(argv)
+    if not 0 <= args.min_log2 <= args.max_log2 <= 40:
+        raise InvalidInputError(f"need 0 <= --min-log2 <= --max-log2 <= 40, got {args.min_log2} and {args.max_log2}")
+    collectives = tuple(c.strip() for c in args.collectives.split(",") if c.strip())
+    MPI = _mpi()
+    world = MPI.COMM_WORLD
+    verbose = not args.quiet and world.rank == 0
+    if verbose:
+        print(f"calibrating {len(collectives)} collectives on {world.size} ranks, sizes 2^{args.min_log2}..2^{args.max_log2} B",
+              flush=True)
+    table = calibrate_comm(
+        range(args.min_log2, args.max_log2 + 1),
+        repeats=args.repeats,
+        warmup=args.warmup,
+        backend=args.backend,
+        collectives=collectives,
+        comm=world,
+        out=args.out,
+        verbose=verbose,
+    )
+    if verbose:
+        m = table.meta
+        print(f"wrote {len(table)} tables ({m['backend']}, {m['world_size']} ranks on {m['machines']} machine(s), "
+              f"{m['seconds_taken']} s) to {args.out}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

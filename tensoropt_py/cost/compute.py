@@ -1,0 +1,157 @@
+"""Compute cost model: seconds to run one operator shard on one device.
+
+By default a **roofline**: ``max(flops / peak(dtype), bytes_moved / memory_bandwidth) +
+kernel_overhead`` with the cluster's :class:`~tensoropt_py.cluster.DeviceSpec`. When the cluster
+carries a measured :class:`~tensoropt_py.cluster.ComputeTable` (from
+:func:`tensoropt_py.cost.calibrate.calibrate_compute`), a call with a ``key`` present in the
+table returns the measured seconds instead.
+
+Keys are strings the caller builds so that equal work gets equal keys, e.g.
+``"linear|[64,1024]x[1024,256]|float32|fwd+bwd"`` (operator, shard shapes, dtype, pass).
+
+Examples
+--------
+>>> from tensoropt_py.cluster import Cluster
+>>> cm = ComputeModel(Cluster.preset("v100-2x8"))
+>>> t = cm.time(flops=2 * 64 * 1024 * 256, bytes_moved=4 * (64 * 1024 + 1024 * 256 + 64 * 256))
+>>> round(t * 1e6, 2)       # compute-bound: 33.6 MFLOP / 15.7 TFLOP/s + 5 us launch
+7.14
+>>> round(cm.time(15.7e12, 0) , 6)     # one second of fp32 peak + overhead
+1.000005
+>>> round(cm.time(15.7e12, 0, dtype="float16"), 4)   # fp16 tensor cores: 125 TFLOP/s
+0.1256
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..cluster import Cluster, ComputeTable, load_calibration, normalize_dtype, write_calibration
+from ..errors import CalibrationError, InvalidInputError
+
+__all__ = ["ComputeModel"]
+
+
+def _nonneg(value, what) -> float:
+    if isinstance(value, bool):
+        raise InvalidInputError(f"{what} must be a number, got {value!r}")
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise InvalidInputError(f"{what} must be a number, got {value!r}") from None
+    if not math.isfinite(v) or v < 0:
+        raise InvalidInputError(f"{what} must be finite and >= 0, got {value!r}")
+    return v
+
+
+class ComputeModel:
+    """Operator time on one device of ``cluster`` (roofline, or measured when calibrated).
+
+    Parameters
+    ----------
+    cluster : Cluster
+    table : ComputeTable or mapping key -> seconds, optional
+        Measured times; defaults to ``cluster.compute_table``. Entries given here override the
+        cluster's.
+
+    Examples
+    --------
+    >>> from tensoropt_py.cluster import Cluster
+    >>> m = ComputeModel(Cluster.preset("cpu-1x4"), table={"relu|[8]|float32|fwd": 3e-6})
+    >>> m.time(8, 64, key="relu|[8]|float32|fwd"), m.source("relu|[8]|float32|fwd")
+    (3e-06, 'calibrated')
+    >>> m.time(0, 0)                       # nothing to run
+    0.0
+    """
+
+    def __init__(self, cluster: Cluster, table=None):
+        if not isinstance(cluster, Cluster):
+            raise InvalidInputError(f"ComputeModel needs a Cluster, got {type(cluster).__name__}")
+        self.cluster = cluster
+        base = cluster.compute_table
+        if table is not None and not isinstance(table, ComputeTable):
+            table = ComputeTable(table)
+        if base is not None and table is not None:
+            table = base.merged(table)
+        self.table: ComputeTable | None = table if table is not None else base
+        dev = cluster.device
+        self._inv_bw = 1.0 / dev.memory_bandwidth
+        self._overhead = dev.kernel_overhead
+        self._inv_peak: dict = {}
+
+    def peak_flops(self, dtype="float32") -> float:
+        """Peak FLOP/s of the device for ``dtype`` (tensor-core rate when the spec has one)."""
+        return self.cluster.device.flops_for(dtype)
+
+    def _inv(self, dtype):
+        inv = self._inv_peak.get(dtype)
+        if inv is None:
+            inv = self._inv_peak[dtype] = 1.0 / self.cluster.device.flops_for(normalize_dtype(dtype))
+        return inv
+
+    def time(self, flops: float, bytes_moved: float, key: str | None = None, dtype="float32") -> float:
+        """Seconds for one operator (shard) on one device.
+
+        Parameters
+        ----------
+        flops : float
+            Floating-point operations (>= 0).
+        bytes_moved : float
+            Bytes read + written in device memory (>= 0).
+        key : str, optional
+            Lookup key in the measured table; used first when present.
+        dtype : str, default "float32"
+            Selects the peak (e.g. ``"float16"`` uses the tensor-core rate).
+
+        Returns
+        -------
+        float
+            ``table[key]`` if measured, else ``max(flops / peak, bytes_moved / bandwidth) +
+            kernel_overhead``; 0 when both ``flops`` and ``bytes_moved`` are 0 (no kernel).
+        """
+        if key is not None and self.table is not None:
+            t = self.table.get(key)
+            if t is not None:
+                return t
+        f = _nonneg(flops, "flops")
+        b = _nonneg(bytes_moved, "bytes_moved")
+        if f == 0 and b == 0:
+            return 0.0
+        return max(f * self._inv(dtype), b * self._inv_bw) + self._overhead
+
+    def times(self, flops, bytes_moved, dtype="float32") -> np.ndarray:
+        """Vectorised roofline :meth:`time` (no table lookup) over broadcastable arrays."""
+        f = np.asarray(flops, dtype=np.float64)
+        b = np.asarray(bytes_moved, dtype=np.float64)
+        for arr, what in ((f, "flops"), (b, "bytes_moved")):
+            if not np.all(np.isfinite(arr)) or np.any(arr < 0):
+                raise InvalidInputError(f"{what} must be finite and >= 0 everywhere")
+        t = np.maximum(f * self._inv(dtype), b * self._inv_bw) + self._overhead
+        return np.where((f == 0) & (b == 0), 0.0, t)
+
+    def source(self, key: str | None) -> str:
+        """``"calibrated"`` when ``key`` is in the measured table, else ``"roofline"``."""
+        if key is not None and self.table is not None and key in self.table:
+            return "calibrated"
+        return "roofline"
+
+    def save(self, path):
+        """Write the measured table to calibration file ``path`` (merging an existing file's
+        other sections and compute entries); returns the path."""
+        if self.table is None:
+            raise CalibrationError(f"nothing to save to {str(path)!r}: this ComputeModel has no measured table")
+        return write_calibration(path, compute=self.table)
+
+    @classmethod
+    def load(cls, path, cluster: Cluster) -> "ComputeModel":
+        """A model for ``cluster`` with the compute table of calibration file ``path``.
+
+        Raises CalibrationError (naming the path) if the file is missing, corrupt, or has no
+        compute section.
+        """
+        _, compute = load_calibration(path)
+        if compute is None:
+            raise CalibrationError(f"calibration file {str(path)!r} has no 'compute' section")
+        return cls(cluster, table=compute)

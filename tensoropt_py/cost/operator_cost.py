@@ -1,0 +1,217 @@
+"""Operator cost (TensorOpt Eq. 1), vectorised over an operator's configurations.
+
+For a configuration of an operator (see :mod:`tensoropt_py.space.configs`):
+
+* **memory** ``m = m_p + m_t``: every parameter shard times the bytes of weight + gradient
+  + optimizer state per element (:mod:`tensoropt_py.cost.optimizer`; constants count once),
+  plus the local shards of the tensors the operator keeps for backward (its ``saved``
+  tensors other than parameters). Saved activations shared with a neighbour over a graph
+  edge are *excluded* here (``exclude_saved``) and costed on the edge, where tensor reuse
+  decides who keeps them (:mod:`tensoropt_py.cost.builder`).
+* **time** ``t = t_c + t_s``:
+
+  - ``t_c``: forward + backward compute of the local shard with the roofline
+    :class:`~tensoropt_py.cost.compute.ComputeModel`: local FLOPs are the operator's FLOPs
+    divided by the split factor of every split loop dimension (replicating axes repeat the
+    work); bytes moved are the local shards of every tensor the operator touches (forward)
+    and twice that in backward (reading them plus the output gradient, writing the input
+    and parameter gradients).
+  - ``t_s``: the gradient all-reduce of every parameter over the fine axes that split a
+    loop dimension the parameter does not index (the IR's partial-sum rule: e.g. the batch
+    under data parallelism); axes that replicate the computation produce identical
+    gradients and need no reduction. Parameters of one operator reduced over the same
+    axes are fused into one all-reduce.
+
+  Partial sums of *activations* are not in the operator: a forward output that is partial
+  over reduction axes has a ``P`` layout and the edge's rescheduling reduces it; an input
+  gradient that is partial (the consumer splits a dimension the input does not index) is
+  the source layout of the edge's backward rescheduling. Each reduction is therefore
+  counted exactly once, on the edge that needs it.
+
+Examples
+--------
+>>> from tensoropt_py.graph.ir import *
+>>> from tensoropt_py.cluster import Cluster
+>>> from tensoropt_py.space.configs import enumerate_configs
+>>> op = Operator("fc", OpKind.LINEAR,
+...               (LoopDim("b", 64, DimKind.SAMPLE), LoopDim("k", 256, DimKind.REDUCTION),
+...                LoopDim("n", 256, DimKind.PARAMETER)),
+...               inputs=(TensorUse("x", (("b",), ("k",))),), params=(TensorUse("w", (("k",), ("n",))),),
+...               outputs=(TensorUse("y", (("b",), ("n",))),), flops=2 * 64 * 256 * 256,
+...               backward_flops=4 * 64 * 256 * 256, saved=("x",))
+>>> tensors = {"x": TensorSpec("x", (64, 256)), "y": TensorSpec("y", (64, 256)),
+...            "w": TensorSpec("w", (256, 256), role=TensorRole.PARAMETER)}
+>>> cfgs = enumerate_configs(op, 4)
+>>> oc = OperatorCoster(Cluster.preset("v100-2x8"))
+>>> c = oc.costs(op, tensors, cfgs)
+>>> dp = [i for i, k in enumerate(cfgs) if str(k) == "mesh[4] map[0,-1,-1]"][0]
+>>> int(c.memory[dp]) == 256 * 256 * 16 + 16 * 256 * 4   # Adam state + x shard
+True
+>>> bool(c.comm_time[dp] > 0), float(c.comm_time[0])                  # gradient all-reduce; replicated: none
+(True, 0.0)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import InvalidInputError
+from ..graph.ir import DTYPE_BYTES, Operator, TensorRole
+from ..space.mesh import fine_groups
+from .optimizer import check_optimizer, state_bytes_per_param
+
+__all__ = ["OperatorCosts", "OperatorCoster", "split_matrix", "local_numel"]
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorCosts:
+    """Costs of every configuration of one operator (arrays of shape ``(K,)``).
+
+    ``memory`` (bytes) = ``param_memory + saved_memory``; ``time`` (s) = ``compute_time +
+    comm_time``.
+    """
+
+    memory: np.ndarray
+    time: np.ndarray
+    compute_time: np.ndarray
+    comm_time: np.ndarray
+    param_memory: np.ndarray
+    saved_memory: np.ndarray
+
+
+def split_matrix(op: Operator, configs) -> np.ndarray:
+    """``(K, L)`` int array: split factor of every loop dimension under every configuration."""
+    K, L = len(configs), len(op.loop_dims)
+    out = np.ones((K, L), dtype=np.int64)
+    for k, c in enumerate(configs):
+        for s, lab in zip(c.mesh.fine_sizes, c.fine):
+            if lab >= 0:
+                out[k, lab] *= s
+    return out
+
+
+def local_numel(op: Operator, use, numel: int, splits: np.ndarray) -> np.ndarray:
+    """Local elements of ``use`` per configuration (a partial block is full size)."""
+    index = {d.name: i for i, d in enumerate(op.loop_dims)}
+    div = np.ones(splits.shape[0], dtype=np.int64)
+    for g in use.dims:
+        if g:
+            div = div * splits[:, index[g[0]]]
+    return numel // div
+
+
+class OperatorCoster:
+    """Computes :class:`OperatorCosts` (see the module docstring).
+
+    Parameters
+    ----------
+    cluster : Cluster
+    comm, compute : optional
+        A :class:`~tensoropt_py.cost.comm.CommModel` / :class:`~tensoropt_py.cost.compute.ComputeModel`
+        (built from ``cluster`` when omitted).
+    optimizer : {"sgd", "momentum", "adam"}, default "adam"
+    mixed_precision : bool, default False
+    dtype : str, optional
+        Compute dtype (selects the peak FLOP/s); default the dtype of the op's first output.
+    """
+
+    def __init__(self, cluster, *, comm=None, compute=None, optimizer="adam", mixed_precision=False, dtype=None):
+        if comm is None:
+            from .comm import CommModel
+
+            comm = CommModel(cluster)
+        if compute is None:
+            from .compute import ComputeModel
+
+            compute = ComputeModel(cluster)
+        self.cluster = cluster
+        self.comm = comm
+        self.compute = compute
+        self.optimizer = check_optimizer(optimizer)
+        self.mixed_precision = bool(mixed_precision)
+        if dtype is not None and dtype not in DTYPE_BYTES:
+            raise InvalidInputError(f"unknown dtype {dtype!r}; allowed: {', '.join(DTYPE_BYTES)}")
+        self.dtype = dtype
+        self._ar: dict = {}
+
+    def _allreduce(self, nbytes, sizes, axes) -> float:
+        key = (nbytes, sizes, axes)
+        t = self._ar.get(key)
+        if t is None:
+            t = self._ar[key] = float(self.comm.collective_time("all_reduce", nbytes, fine_groups(sizes, axes)))
+        return t
+
+    def costs(self, op: Operator, tensors, configs, *, exclude_saved=()) -> OperatorCosts:
+        """Costs of ``op`` under each of ``configs``.
+
+        Parameters
+        ----------
+        op : Operator
+        tensors : mapping name -> TensorSpec
+        configs : sequence of OpConfig
+        exclude_saved : iterable of str
+            Saved tensors whose memory is accounted elsewhere (edges).
+        """
+        K = len(configs)
+        if K == 0:
+            raise InvalidInputError(f"operator {op.name!r} has no configuration")
+        splits = split_matrix(op, configs)
+        total_split = np.prod(splits, axis=1).astype(np.float64)
+        exclude = set(exclude_saved)
+        local_bytes = {}
+        moved = np.zeros(K)
+        for use in op.uses():
+            spec = tensors[use.tensor]
+            lb = local_numel(op, use, spec.numel, splits) * DTYPE_BYTES[spec.dtype]
+            local_bytes.setdefault(use.tensor, lb)
+            moved += lb
+        dtype = self.dtype or (tensors[op.outputs[0].tensor].dtype if op.outputs else "float32")
+        if dtype not in ("float32", "float16", "bfloat16", "float64"):
+            dtype = "float32"
+        if self.mixed_precision and dtype == "float32":
+            dtype = "float16"
+        fwd = self.compute.times(op.flops / total_split, moved, dtype=dtype)
+        bwd = self.compute.times(op.backward_flops / total_split, 2 * moved, dtype=dtype) if op.backward_flops else np.zeros(K)
+        compute_time = np.asarray(fwd + bwd, dtype=np.float64)
+
+        param_mem = np.zeros(K)
+        comm_time = np.zeros(K)
+        index = {d.name: i for i, d in enumerate(op.loop_dims)}
+        trained = []
+        seen = set()
+        for use in op.params:
+            if use.tensor in seen:
+                continue
+            seen.add(use.tensor)
+            spec = tensors[use.tensor]
+            numel_local = local_bytes[use.tensor] // DTYPE_BYTES[spec.dtype]
+            if spec.role is TensorRole.PARAMETER:
+                per = state_bytes_per_param(self.optimizer, spec.dtype, mixed_precision=self.mixed_precision)
+                param_mem += numel_local * per
+                gbytes = 2 if self.mixed_precision else DTYPE_BYTES[spec.dtype]
+                indexed = {index[n] for n in use.loop_dims()}
+                trained.append((numel_local * gbytes, indexed))
+            else:
+                param_mem += local_bytes[use.tensor]
+        if trained:
+            for k, c in enumerate(configs):
+                sizes = c.mesh.fine_sizes
+                fused: dict = {}
+                for gb, indexed in trained:
+                    axes = tuple(a for a, lab in enumerate(c.fine) if lab >= 0 and lab not in indexed)
+                    if axes:
+                        fused[axes] = fused.get(axes, 0) + int(gb[k])
+                comm_time[k] = sum(self._allreduce(b, sizes, ax) for ax, b in fused.items())
+
+        saved_mem = np.zeros(K)
+        param_names = {u.tensor for u in op.params}
+        for name in dict.fromkeys(op.saved):
+            if name in exclude or name in param_names:
+                continue
+            saved_mem += local_bytes[name]
+        memory = param_mem + saved_mem
+        return OperatorCosts(memory=memory, time=compute_time + comm_time, compute_time=compute_time,
+                             comm_time=comm_time, param_memory=param_mem, saved_memory=saved_mem)

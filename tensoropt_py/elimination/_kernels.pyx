@@ -1,0 +1,512 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""Compiled hot path of the frontier engine (private).
+
+One kernel does all the work: :func:`combine_kernel` builds, for every output cell of a
+ragged "frontier table", the reduced union over a list of *terms*, each term being the
+product of one cell from each of ``S`` parent tables (Alg. 1 applied to Eq. 4-7 and to
+line 6 of Alg. 3).  Every parent cell must already be a frontier (memory ascending,
+time strictly descending), so a product of cells is a union of *shifted* copies of the
+largest cell (copies whose shift is dominated by another copy's shift are dropped
+up front), and the reduced union is a k-way heap merge that drops a list as soon as
+its smallest time cannot beat the best time found so far and gallops over dominated
+points.  Output points carry their provenance: the global point index
+of the parent point of every slot (``-1`` for an absent slot).
+
+The pure NumPy reference of this kernel is
+:func:`tensoropt_py.elimination.reference.combine_reference`; both must agree exactly,
+provenance included.  Public, validating entry points live in
+:mod:`tensoropt_py.elimination.kernels`.
+"""
+from libc.stdlib cimport malloc, realloc, free
+from libc.string cimport memcpy, memmove
+from libc.math cimport INFINITY
+
+import numpy as np
+cimport numpy as cnp
+
+cnp.import_array()
+
+ctypedef long long i64
+
+cdef enum:
+    MAXS = 6
+
+MAX_SLOTS = MAXS
+
+
+cdef struct Src:
+    int S
+    const i64* offs[MAXS]
+    const double* mem[MAXS]
+    const double* tim[MAXS]
+    const i64* term_off
+    const i64* term_cells
+    double eps
+
+
+cdef struct Lst:
+    i64 pos
+    i64 end
+    double sm
+    double st
+    double hm
+    double ht
+    int base
+    i64 fixed[MAXS]
+
+
+cdef struct HE:
+    double m
+    double t
+    i64 li
+
+
+cdef struct Buf:
+    Lst* lists
+    i64 lcap
+    i64* ord
+    char* keep
+    HE* heap
+    double* om
+    double* ot
+    i64* op
+    i64 ocap
+    i64 n
+    int err
+
+
+cdef inline bint _less(HE* a, HE* b) noexcept nogil:
+    if a.m < b.m:
+        return True
+    if a.m > b.m:
+        return False
+    if a.t < b.t:
+        return True
+    if a.t > b.t:
+        return False
+    return a.li < b.li
+
+
+cdef inline void _sift_down(HE* heap, i64 n, i64 i) noexcept nogil:
+    cdef HE x = heap[i]
+    cdef i64 c
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and _less(&heap[c + 1], &heap[c]):
+            c += 1
+        if _less(&heap[c], &x):
+            heap[i] = heap[c]
+            i = c
+        else:
+            break
+    heap[i] = x
+
+
+cdef int _grow_lists(Buf* B, i64 need) noexcept nogil:
+    cdef i64 cap = B.lcap
+    cdef Lst* nl
+    cdef HE* nh
+    cdef i64* no
+    cdef char* nk
+    if need <= cap:
+        return 0
+    if cap < 64:
+        cap = 64
+    while cap < need:
+        cap *= 2
+    nl = <Lst*> realloc(B.lists, cap * sizeof(Lst))
+    if nl == NULL:
+        return -1
+    B.lists = nl
+    nh = <HE*> realloc(B.heap, cap * sizeof(HE))
+    if nh == NULL:
+        return -1
+    B.heap = nh
+    no = <i64*> realloc(B.ord, cap * sizeof(i64))
+    if no == NULL:
+        return -1
+    B.ord = no
+    nk = <char*> realloc(B.keep, cap * sizeof(char))
+    if nk == NULL:
+        return -1
+    B.keep = nk
+    B.lcap = cap
+    return 0
+
+
+cdef int _grow_out(Buf* B, i64 need, int S) noexcept nogil:
+    cdef i64 cap = B.ocap
+    cdef double* a
+    cdef double* b
+    cdef i64* p
+    if need <= cap:
+        return 0
+    if cap < 256:
+        cap = 256
+    while cap < need:
+        cap *= 2
+    a = <double*> realloc(B.om, cap * sizeof(double))
+    if a == NULL:
+        return -1
+    B.om = a
+    b = <double*> realloc(B.ot, cap * sizeof(double))
+    if b == NULL:
+        return -1
+    B.ot = b
+    p = <i64*> realloc(B.op, cap * S * sizeof(i64))
+    if p == NULL:
+        return -1
+    B.op = p
+    B.ocap = cap
+    return 0
+
+
+cdef inline bint _shift_less(Lst* L, i64 a, i64 b) noexcept nogil:
+    if L[a].sm < L[b].sm:
+        return True
+    if L[a].sm > L[b].sm:
+        return False
+    if L[a].st < L[b].st:
+        return True
+    if L[a].st > L[b].st:
+        return False
+    return a < b
+
+
+cdef void _sift_max(i64* a, i64 root, i64 n, Lst* L) noexcept nogil:
+    cdef i64 child, tmp
+    while True:
+        child = 2 * root + 1
+        if child >= n:
+            break
+        if child + 1 < n and _shift_less(L, a[child], a[child + 1]):
+            child += 1
+        if _shift_less(L, a[root], a[child]):
+            tmp = a[root]
+            a[root] = a[child]
+            a[child] = tmp
+            root = child
+        else:
+            break
+
+
+cdef i64 _prune_shifts(Buf* B, i64 lo, i64 hi) noexcept nogil:
+    """Keep, among lists lo..hi-1 (same base cell, different shifts), those whose shift is
+    not weakly dominated by an earlier one in (sm, st, index) order; compact in place
+    (enumeration order preserved). Returns the new end."""
+    cdef i64 n = hi - lo
+    cdef i64 i, end, tmp, w
+    cdef double best
+    cdef i64* a = B.ord
+    if n < 2:
+        return hi
+    for i in range(n):
+        a[i] = lo + i
+    i = n // 2 - 1
+    while i >= 0:
+        _sift_max(a, i, n, B.lists)
+        i -= 1
+    end = n - 1
+    while end > 0:
+        tmp = a[0]
+        a[0] = a[end]
+        a[end] = tmp
+        _sift_max(a, 0, end, B.lists)
+        end -= 1
+    best = INFINITY
+    for i in range(n):
+        if B.lists[a[i]].st < best:
+            B.keep[a[i] - lo] = 1
+            best = B.lists[a[i]].st
+        else:
+            B.keep[a[i] - lo] = 0
+    w = lo
+    for i in range(n):
+        if B.keep[i]:
+            if w != lo + i:
+                B.lists[w] = B.lists[lo + i]
+            w += 1
+    return w
+
+
+cdef int _process(Src* src, i64 c0, i64 c1, Buf* B, i64* counts) noexcept nogil:
+    """Fill ``B`` with the reduced (and thinned) frontier of cells ``c0 .. c1-1``."""
+    cdef int S = src.S
+    cdef int s, base
+    cdef i64 c, t, nl, nl0, hn, start, w, i, lo_, hi_, mid, li, g, n
+    cdef i64 lo[MAXS]
+    cdef i64 sz[MAXS]
+    cdef i64 idx[MAXS]
+    cdef i64 bsize
+    cdef const i64* cells
+    cdef Lst* l
+    cdef double sm, st, m, tt, best, lim
+    cdef bint ok, done
+    cdef const double* btim
+    for c in range(c0, c1):
+        nl = 0
+        for t in range(src.term_off[c], src.term_off[c + 1]):
+            cells = src.term_cells + t * S
+            base = -1
+            bsize = -1
+            ok = True
+            for s in range(S):
+                if cells[s] < 0:
+                    sz[s] = 0
+                    continue
+                lo[s] = src.offs[s][cells[s]]
+                sz[s] = src.offs[s][cells[s] + 1] - lo[s]
+                if sz[s] <= 0:
+                    ok = False
+                    break
+                if sz[s] > bsize:
+                    bsize = sz[s]
+                    base = s
+            if not ok or base < 0:
+                continue
+            for s in range(S):
+                idx[s] = 0
+            nl0 = nl
+            while True:
+                if nl >= B.lcap:
+                    if _grow_lists(B, nl + 1) != 0:
+                        B.err = 1
+                        return -1
+                l = &B.lists[nl]
+                l.base = base
+                l.pos = lo[base]
+                l.end = lo[base] + sz[base]
+                sm = 0.0
+                st = 0.0
+                for s in range(S):
+                    if s == base or cells[s] < 0:
+                        l.fixed[s] = -1
+                    else:
+                        g = lo[s] + idx[s]
+                        l.fixed[s] = g
+                        sm = sm + src.mem[s][g]
+                        st = st + src.tim[s][g]
+                l.sm = sm
+                l.st = st
+                l.hm = src.mem[base][l.pos] + sm
+                l.ht = src.tim[base][l.pos] + st
+                nl += 1
+                done = True
+                for s in range(S):
+                    if s == base or cells[s] < 0:
+                        continue
+                    idx[s] += 1
+                    if idx[s] < sz[s]:
+                        done = False
+                        break
+                    idx[s] = 0
+                if done:
+                    break
+            nl = _prune_shifts(B, nl0, nl)
+        # k-way merge + reduce
+        for i in range(nl):
+            B.heap[i].m = B.lists[i].hm
+            B.heap[i].t = B.lists[i].ht
+            B.heap[i].li = i
+        hn = nl
+        i = hn // 2 - 1
+        while i >= 0:
+            _sift_down(B.heap, hn, i)
+            i -= 1
+        best = INFINITY
+        start = B.n
+        while hn > 0:
+            li = B.heap[0].li
+            l = &B.lists[li]
+            m = B.heap[0].m
+            tt = B.heap[0].t
+            base = l.base
+            if tt < best:
+                if B.n > start and B.om[B.n - 1] == m:
+                    w = B.n - 1
+                else:
+                    if B.n >= B.ocap:
+                        if _grow_out(B, B.n + 1, S) != 0:
+                            B.err = 1
+                            return -1
+                    w = B.n
+                    B.n += 1
+                B.om[w] = m
+                B.ot[w] = tt
+                for s in range(S):
+                    if s == base:
+                        B.op[w * S + s] = l.pos
+                    else:
+                        B.op[w * S + s] = l.fixed[s]
+                best = tt
+                l.pos += 1
+            btim = src.tim[base]
+            if l.pos < l.end and btim[l.end - 1] + l.st < best:
+                # galloping search for the first point with time < best (usually l.pos)
+                lo_ = l.pos
+                if btim[lo_] + l.st < best:
+                    hi_ = lo_
+                else:
+                    mid = 1
+                    hi_ = lo_ + 1
+                    while hi_ < l.end - 1 and btim[hi_] + l.st >= best:
+                        lo_ = hi_ + 1
+                        mid *= 2
+                        hi_ = hi_ + mid
+                    if hi_ > l.end - 1:
+                        hi_ = l.end - 1
+                while lo_ < hi_:
+                    mid = (lo_ + hi_) // 2
+                    if btim[mid] + l.st < best:
+                        hi_ = mid
+                    else:
+                        lo_ = mid + 1
+                l.pos = lo_
+                B.heap[0].m = src.mem[base][lo_] + l.sm
+                B.heap[0].t = btim[lo_] + l.st
+                _sift_down(B.heap, hn, 0)
+            else:
+                hn -= 1
+                if hn > 0:
+                    B.heap[0] = B.heap[hn]
+                    _sift_down(B.heap, hn, 0)
+        n = B.n - start
+        if src.eps > 0.0 and n > 1:
+            # epsilon thinning, scanning from the min-time end: drop a point when the last
+            # kept point (lower time) has memory <= (1 + eps) * its memory
+            w = start + n - 1
+            i = start + n - 2
+            while i >= start:
+                lim = (1.0 + src.eps) * B.om[i]
+                if B.om[w] > lim:
+                    w -= 1
+                    if w != i:
+                        B.om[w] = B.om[i]
+                        B.ot[w] = B.ot[i]
+                        memcpy(&B.op[w * S], &B.op[i * S], S * sizeof(i64))
+                i -= 1
+            if w > start:
+                n = start + n - w
+                memmove(&B.om[start], &B.om[w], n * sizeof(double))
+                memmove(&B.ot[start], &B.ot[w], n * sizeof(double))
+                memmove(&B.op[start * S], &B.op[w * S], n * S * sizeof(i64))
+                B.n = start + n
+        counts[c - c0] = B.n - start
+    return 0
+
+
+cdef class _Worker:
+    cdef Src src
+    cdef Buf buf
+    cdef i64 c0
+    cdef i64 c1
+    cdef object counts
+
+    def __cinit__(self):
+        self.buf.lists = NULL
+        self.buf.heap = NULL
+        self.buf.ord = NULL
+        self.buf.keep = NULL
+        self.buf.om = NULL
+        self.buf.ot = NULL
+        self.buf.op = NULL
+        self.buf.lcap = 0
+        self.buf.ocap = 0
+        self.buf.n = 0
+        self.buf.err = 0
+
+    def __dealloc__(self):
+        free(self.buf.lists)
+        free(self.buf.ord)
+        free(self.buf.keep)
+        free(self.buf.heap)
+        free(self.buf.om)
+        free(self.buf.ot)
+        free(self.buf.op)
+
+    def run(self):
+        cdef i64* cnt = <i64*> cnp.PyArray_DATA(self.counts)
+        cdef int rc
+        with nogil:
+            rc = _process(&self.src, self.c0, self.c1, &self.buf, cnt)
+        if rc != 0:
+            raise MemoryError("combine kernel: out of memory")
+        return self.buf.n
+
+
+def combine_kernel(list offs, list mems, list tims, cnp.ndarray term_off, cnp.ndarray term_cells,
+                   double eps, object chunk_bounds, object executor=None):
+    """Run the combine kernel (no validation: call it through ``kernels.combine_ragged``).
+
+    Parameters
+    ----------
+    offs, mems, tims : list of ndarray
+        Per parent slot: CSR offsets (int64), memory and time (float64), C-contiguous.
+    term_off : ndarray of int64, shape (n_out + 1,)
+    term_cells : ndarray of int64, shape (n_terms, S)
+    eps : float
+        Epsilon-thinning factor (0 = exact reduce).
+    chunk_bounds : sequence of int
+        Cell boundaries ``0 = b0 < b1 < ... = n_out`` of the independent work chunks.
+    executor : concurrent.futures.Executor or None
+        Runs the chunks in parallel (the kernel releases the GIL).
+
+    Returns
+    -------
+    offsets, memory, time, prov
+    """
+    cdef int S = len(offs)
+    cdef int s
+    cdef Src src
+    cdef _Worker wk
+    cdef i64 k, tot, pos, nb
+    if S < 1 or S > MAXS:
+        raise ValueError(f"combine kernel supports 1..{MAXS} slots, got {S}")
+    src.S = S
+    for s in range(S):
+        src.offs[s] = <const i64*> cnp.PyArray_DATA(offs[s])
+        src.mem[s] = <const double*> cnp.PyArray_DATA(mems[s])
+        src.tim[s] = <const double*> cnp.PyArray_DATA(tims[s])
+    src.term_off = <const i64*> cnp.PyArray_DATA(term_off)
+    src.term_cells = <const i64*> cnp.PyArray_DATA(term_cells)
+    src.eps = eps
+    n_out = term_off.shape[0] - 1
+    workers = []
+    bounds = list(chunk_bounds)
+    for k in range(len(bounds) - 1):
+        if bounds[k + 1] <= bounds[k]:
+            continue
+        wk = _Worker()
+        wk.src = src
+        wk.c0 = bounds[k]
+        wk.c1 = bounds[k + 1]
+        wk.counts = np.zeros(bounds[k + 1] - bounds[k], dtype=np.int64)
+        workers.append(wk)
+    if executor is None or len(workers) <= 1:
+        for wk in workers:
+            wk.run()
+    else:
+        list(executor.map(_Worker.run, workers))
+    tot = 0
+    for wk in workers:
+        tot += wk.buf.n
+    out_m = np.empty(tot, dtype=np.float64)
+    out_t = np.empty(tot, dtype=np.float64)
+    out_p = np.empty((tot, S), dtype=np.int64)
+    counts = np.zeros(n_out + 1, dtype=np.int64)
+    cdef double* pm = <double*> cnp.PyArray_DATA(out_m)
+    cdef double* pt = <double*> cnp.PyArray_DATA(out_t)
+    cdef i64* pp = <i64*> cnp.PyArray_DATA(out_p)
+    pos = 0
+    for wk in workers:
+        nb = wk.buf.n
+        if nb > 0:
+            memcpy(pm + pos, wk.buf.om, nb * sizeof(double))
+            memcpy(pt + pos, wk.buf.ot, nb * sizeof(double))
+            memcpy(pp + pos * S, wk.buf.op, nb * S * sizeof(i64))
+        pos += nb
+        counts[wk.c0 + 1: wk.c1 + 1] = wk.counts
+    offsets = np.cumsum(counts)
+    return offsets, out_m, out_t, out_p

@@ -1,0 +1,112 @@
+"""The elimination loop of Frontier Tracking (TensorOpt Alg. 2, lines 4-11).
+
+``simplify`` repeatedly applies, to unmarked nodes, the cheapest exact elimination
+available and falls back to branch elimination and then heuristic elimination:
+
+1. a node with no neighbour is *detached* (its reduced union becomes a finished frontier);
+2. a node with one neighbour is folded into it (exact, ``K_i x K_j`` work) and a node with
+   two neighbours is eliminated (Eq. 4, ``K_h x K_i x K_j`` work). FT-LDP prefers folds,
+   FT-Elimination prefers node elimination, as in the paper (on a chain, FT-Elimination
+   eliminates the interior nodes and then enumerates the last two);
+3. with method ``"ldp"``, marked chains are extended after every step (Alg. 2 marking);
+4. when stuck: branch elimination (Eq. 6) merges the unmarked node of smallest degree into
+   the neighbour giving the smallest config space, unless (``exact=False``) that space
+   exceeds ``max_configs``: then heuristic elimination (Eq. 7) fixes the config of the
+   unmarked node of largest degree.
+
+With ``"ldp"`` the loop ends with every component reduced to its marked chain (run
+:func:`tensoropt_py.frontier.ldp.ldp` on them); with ``"elimination"`` everything is
+detached.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from .branch_elimination import merge_nodes
+from .heuristic_elimination import choose_config, fix_node
+from .linear_chain import ChainMarker
+from .node_elimination import detach, eliminate_node, fold_leaf
+
+__all__ = ["simplify"]
+
+
+def simplify(g, method, exact, max_configs, heuristic, topological_order):
+    """Simplify working graph ``g`` in place; returns the marked chains (``[]`` for elimination)."""
+    ldp = method == "ldp"
+    marker = ChainMarker(g, topological_order) if ldp else None
+    marked = marker.marked if ldp else set()
+    # lazily-validated priority queues
+    cand: list = []  # (prio, id, degree) for degree <= 2
+    mindeg: list = []  # (degree, K, id)
+    maxdeg: list = []  # (-degree, id)
+    prio_of = {0: 0, 1: 1, 2: 2} if ldp else {0: 0, 2: 1, 1: 2}
+
+    def touch_all():
+        for x in g.touched:
+            if x in g.nodes and x not in marked:
+                d = g.degree(x)
+                if d <= 2:
+                    heapq.heappush(cand, (prio_of[d], x, d))
+                heapq.heappush(mindeg, (d, g.nodes[x].K, x))
+                heapq.heappush(maxdeg, (-d, x))
+        g.touched.clear()
+
+    def valid(x, d=None, K=None):
+        if x not in g.nodes or x in marked:
+            return False
+        if d is not None and g.degree(x) != d:
+            return False
+        if K is not None and g.nodes[x].K != K:
+            return False
+        return True
+
+    g.touched.update(g.nodes)
+    while True:
+        if ldp:
+            marker.extend()
+        touch_all()
+        x = None
+        while cand:
+            _, y, d = heapq.heappop(cand)
+            if valid(y, d):
+                x = y
+                break
+        if x is not None:
+            d = g.degree(x)
+            if d == 0:
+                detach(g, x)
+            elif d == 1:
+                fold_leaf(g, x)
+            else:
+                eliminate_node(g, x)
+            continue
+        # stuck: branch elimination of the smallest-degree unmarked node
+        x = None
+        while mindeg:
+            d, K, y = mindeg[0]
+            if valid(y, d, K):
+                x = y
+                break
+            heapq.heappop(mindeg)
+        if x is None:
+            break  # no unmarked node left
+        Kx = g.nodes[x].K
+        best = None
+        for w in g.adj[x]:
+            key = (w in marked, Kx * g.nodes[w].K, w)
+            if best is None or key < best:
+                best = key
+        if exact or best[1] <= max_configs:
+            merge_nodes(g, x, best[2])
+            continue
+        # heuristic elimination of the largest-degree unmarked node
+        z = None
+        while maxdeg:
+            nd, y = heapq.heappop(maxdeg)
+            if valid(y, -nd):
+                z = y
+                break
+        assert z is not None
+        fix_node(g, z, choose_config(g, z, heuristic))
+    return marker.chains if ldp else []

@@ -1,0 +1,215 @@
+"""Validating Python entry points of the compiled kernels of the engine.
+
+:func:`combine_ragged` (batched product + union + reduce of ragged frontier tables,
+with provenance) and :func:`reduce_ragged` (Alg. 1 on many sets at once) run the
+compiled ``_kernels.combine_kernel`` (nogil, parallel over output cells with a thread
+pool). Their pure NumPy twins are in :mod:`tensoropt_py.elimination.reference`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from ..errors import InvalidInputError
+from . import _kernels
+
+__all__ = ["combine_ragged", "reduce_ragged", "resolve_threads", "check_epsilon", "MAX_SLOTS"]
+
+MAX_SLOTS = int(_kernels.MAX_SLOTS)
+
+_EXECUTORS: dict[int, ThreadPoolExecutor] = {}
+_EXEC_LOCK = threading.Lock()
+
+def resolve_threads(threads):
+    """Validate a ``threads`` argument; ``None`` means every core. Returns an int >= 1.
+
+    Examples
+    --------
+    >>> resolve_threads(2)
+    2
+    """
+    if threads is None:
+        return max(1, os.cpu_count() or 1)
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
+        raise InvalidInputError(f"threads must be None or an integer >= 1, got {threads!r}")
+    return int(threads)
+
+
+def _executor(threads):
+    if threads <= 1:
+        return None
+    with _EXEC_LOCK:
+        ex = _EXECUTORS.get(threads)
+        if ex is None:
+            ex = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tensoropt-frontier")
+            _EXECUTORS[threads] = ex
+        return ex
+
+
+
+def check_epsilon(epsilon):
+    try:
+        eps = float(epsilon)
+    except (TypeError, ValueError):
+        raise InvalidInputError(f"epsilon must be a finite float >= 0, got {epsilon!r}") from None
+    if isinstance(epsilon, bool) or not np.isfinite(eps) or eps < 0:
+        raise InvalidInputError(f"epsilon must be a finite float >= 0, got {epsilon!r}")
+    return eps
+
+
+def _chunk_bounds(term_off, n_out, threads, work_per_term=1.0):
+    """Split output cells into chunks of about equal number of terms for the thread pool.
+
+    Small jobs (estimated ``n_terms * work_per_term`` below a threshold) run as one chunk:
+    dispatch would cost more than it saves. Chunking never changes the result.
+    """
+    if threads <= 1 or n_out < 2:
+        return [0, n_out]
+    n_terms = int(term_off[-1])
+    if n_terms * max(work_per_term, 1.0) < 20000:
+        return [0, n_out]
+    n_chunks = min(n_out, 4 * threads)
+    targets = np.linspace(0, n_terms, n_chunks + 1)[1:-1]
+    cuts = np.searchsorted(term_off, targets, side="left")
+    return sorted(set([0, *cuts.tolist(), n_out]))
+
+
+def combine_ragged(tables, term_off, term_cells, epsilon=0.0, threads=1, validate=True):
+    """Batched product + union + reduce of ragged frontier tables (compiled).
+
+    A *table* is a ragged set of frontiers, one per cell, in CSR form
+    ``(offsets, memory, time)``: cell ``c`` holds points ``offsets[c]:offsets[c+1]``,
+    memory ascending and time strictly descending. Output cell ``c`` is::
+
+        reduce( union_{terms t of c}  product_{slots s}  tables[s][term_cells[t, s]] )
+
+    (a slot with cell ``-1`` is absent from that term), optionally epsilon-thinned.
+
+    Parameters
+    ----------
+    tables : list of (offsets, memory, time)
+        ``S`` parent tables, ``1 <= S <= MAX_SLOTS``.
+    term_off : array_like of int, shape (n_out + 1,)
+        CSR offsets of the terms of each output cell.
+    term_cells : array_like of int, shape (n_terms, S)
+    epsilon : float
+        0 for the exact reduce; > 0 thins every output cell (see :func:`thin`).
+    threads : int or None
+        Output cells are processed in parallel chunks; the result does not depend on it.
+    validate : bool
+        Check shapes, ranges and that every parent cell is a frontier.
+
+    Returns
+    -------
+    offsets : ndarray of int64, shape (n_out + 1,)
+    memory, time : ndarray of float64
+    prov : ndarray of int64, shape (n_points, S)
+        Global index, in each parent table, of the point it came from (``-1`` if absent).
+
+    Examples
+    --------
+    >>> t1 = ([0, 2], [1.0, 2.0], [2.0, 1.0])
+    >>> t2 = ([0, 1, 2], [0.5, 3.0], [0.5, 0.0])
+    >>> off, m, t, p = combine_ragged([t1, t2], [0, 2], [[0, 0], [0, 1]])
+    >>> off.tolist(), m.tolist(), t.tolist()
+    ([0, 3], [1.5, 2.5, 5.0], [2.5, 1.5, 1.0])
+    >>> p.tolist()
+    [[0, 0], [1, 0], [1, 1]]
+    """
+    S = len(tables)
+    if not 1 <= S <= MAX_SLOTS:
+        raise InvalidInputError(f"combine_ragged takes 1..{MAX_SLOTS} tables, got {S}")
+    offs, mems, tims = [], [], []
+    for s, tab in enumerate(tables):
+        o, m, t = tab
+        o = np.ascontiguousarray(o, dtype=np.int64)
+        m = np.ascontiguousarray(m, dtype=np.float64)
+        t = np.ascontiguousarray(t, dtype=np.float64)
+        if validate:
+            _check_table(o, m, t, s)
+        offs.append(o)
+        mems.append(m)
+        tims.append(t)
+    term_off = np.ascontiguousarray(term_off, dtype=np.int64)
+    term_cells = np.ascontiguousarray(term_cells, dtype=np.int64)
+    if term_cells.ndim == 1 and term_cells.size == 0:
+        term_cells = term_cells.reshape(0, S)
+    eps = check_epsilon(epsilon)
+    threads = resolve_threads(threads)
+    if validate:
+        if term_off.ndim != 1 or term_off.shape[0] < 1 or term_off[0] != 0 or np.any(np.diff(term_off) < 0):
+            raise InvalidInputError("term_off must be non-decreasing CSR offsets starting at 0")
+        if term_cells.ndim != 2 or term_cells.shape != (int(term_off[-1]), S):
+            raise InvalidInputError(
+                f"term_cells must have shape ({int(term_off[-1])}, {S}), got {term_cells.shape}"
+            )
+        for s in range(S):
+            col = term_cells[:, s]
+            n_cells = offs[s].shape[0] - 1
+            if col.size and (col.max() >= n_cells or col.min() < -1):
+                raise InvalidInputError(f"term_cells[:, {s}] must be in [-1, {n_cells}), got values outside")
+    n_out = term_off.shape[0] - 1
+    work = max(float(o[-1]) / max(o.shape[0] - 1, 1) for o in offs)
+    bounds = _chunk_bounds(term_off, n_out, threads, work)
+    return _kernels.combine_kernel(offs, mems, tims, term_off, term_cells, eps, bounds, _executor(threads))
+
+
+def _check_table(o, m, t, s):
+    if o.ndim != 1 or o.shape[0] < 1 or o[0] != 0 or np.any(np.diff(o) < 0):
+        raise InvalidInputError(f"tables[{s}] offsets must be non-decreasing CSR offsets starting at 0")
+    if m.shape != t.shape or m.ndim != 1 or m.shape[0] != o[-1]:
+        raise InvalidInputError(f"tables[{s}]: memory/time must be 1-d of length offsets[-1]={o[-1]}")
+    if not (np.all(np.isfinite(m)) and np.all(np.isfinite(t))):
+        raise InvalidInputError(f"tables[{s}] holds non-finite costs")
+    if m.size > 1:
+        same = np.ones(m.size - 1, dtype=bool)
+        starts = o[1:-1]
+        starts = starts[(starts > 0) & (starts < m.size)]
+        same[starts - 1] = False
+        if np.any(same & ((np.diff(m) <= 0) | (np.diff(t) >= 0))):
+            raise InvalidInputError(
+                f"tables[{s}]: every cell must be a frontier (memory ascending, time strictly descending)"
+            )
+
+
+def reduce_ragged(offsets, memory, time, threads=1):
+    """Reduce many unsorted point sets at once (compiled): Alg. 1 per CSR cell.
+
+    Parameters
+    ----------
+    offsets : array_like of int, shape (n + 1,)
+    memory, time : array_like of float, shape (offsets[-1],)
+
+    Returns
+    -------
+    offsets, memory, time : ndarray
+        The frontier of each cell.
+    index : ndarray of int64
+        Global input index of each kept point (first of identical points).
+
+    Examples
+    --------
+    >>> off, m, t, idx = reduce_ragged([0, 3, 4], [2.0, 1.0, 3.0, 5.0], [1.0, 2.0, 1.0, 5.0])
+    >>> off.tolist(), idx.tolist()
+    ([0, 2, 3], [1, 0, 3])
+    """
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    memory = np.ascontiguousarray(memory, dtype=np.float64)
+    time = np.ascontiguousarray(time, dtype=np.float64)
+    if offsets.ndim != 1 or offsets.shape[0] < 1 or offsets[0] != 0 or np.any(np.diff(offsets) < 0):
+        raise InvalidInputError("offsets must be non-decreasing CSR offsets starting at 0")
+    if memory.shape != time.shape or memory.ndim != 1 or memory.shape[0] != offsets[-1]:
+        raise InvalidInputError(f"memory/time must be 1-d of length offsets[-1]={offsets[-1]}")
+    if not (np.all(np.isfinite(memory)) and np.all(np.isfinite(time))):
+        raise InvalidInputError("memory/time must be finite")
+    n = memory.shape[0]
+    pt_off = np.arange(n + 1, dtype=np.int64)
+    cells = np.arange(n, dtype=np.int64).reshape(n, 1)
+    off, m, t, prov = combine_ragged(
+        [(pt_off, memory, time)], offsets, cells, threads=threads, validate=False
+    )
+    return off, m, t, prov[:, 0].copy()

@@ -1,0 +1,117 @@
+"""Node elimination (TensorOpt Eq. 4), exact leaf folding, and detaching finished nodes.
+
+* :func:`eliminate_node`: a node with exactly two neighbours h and j (one edge in, one
+  out in the paper) is replaced by an edge h-j whose cell (w, p) is
+  ``reduce(union_k F(e_hi, w, k) x F(o_i, k) x F(e_ij, k, p))``.
+* :func:`fold_leaf`: a node with a single neighbour j is folded into j exactly:
+  ``F(o_j, p) <- F(o_j, p) x reduce(union_k F(o_i, k) x F(e_ij, k, p))``. This is also
+  one step of LDP (Alg. 3, line 6), which is how :mod:`tensoropt_py.frontier.ldp` uses it.
+* :func:`detach`: a node without neighbours becomes a finished one-cell frontier
+  ``reduce(union_k F(o_i, k))``.
+
+Layout exploitation: configs that the incident edges cannot tell apart (same layout
+classes) are first reduced together once (``group_units``), the combination is done per
+layout pair instead of per config pair, and the destination's own cost is added per
+config (a lazy factor when the destination has fewer layout classes than configs).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .working_graph import WEdge, group_units
+
+__all__ = ["eliminate_node", "fold_leaf", "detach"]
+
+
+def detach(g, i):
+    """Remove isolated node ``i``; append ``reduce(union_k F(o_i, k))`` to ``g.detached``."""
+    node = g.nodes[i]
+    assert g.degree(i) == 0
+    ks = np.arange(node.K)
+    tab = g.ctx.combine(node.tables(), np.array([0, node.K]), np.stack(node.cells(ks), axis=1))
+    g.release_node(node)
+    g.remove_node(i)
+    g.detached.append(tab)
+    g.stats["detach"] += 1
+    return tab
+
+
+def fold_leaf(g, i):
+    """Fold node ``i`` (exactly one neighbour) into that neighbour (exact)."""
+    ((j, e),) = g.adj[i].items()
+    ni, nj = g.nodes[i], g.nodes[j]
+    imap, jmap, si, sj, _ = e.view(i)
+    utabs, ucols, rep = group_units(g, ni, imap)
+    U = rep.shape[0]
+    ecell_i = imap[rep] * si  # (U,)
+    _, jrep, jinv = np.unique(jmap, return_index=True, return_inverse=True)
+    D = jrep.shape[0]
+    if D < nj.K:
+        # per destination layout class, then a lazy factor on j
+        def make_terms(lo, hi):
+            d = np.arange(lo, hi)
+            cols = [np.broadcast_to(c[None, :], (hi - lo, U)) for c in ucols]
+            ecol = ecell_i[None, :] + (jmap[jrep[d]] * sj)[:, None]
+            return np.stack([c.reshape(-1) for c in cols] + [ecol.reshape(-1)], axis=1)
+
+        H = g.ctx.combine_gen(utabs + [e.table], D, U, make_terms)
+        nj.factors.append((H, jinv.astype(np.int64)))
+        if len(nj.factors) > 2:
+            g.materialize(nj)
+    else:
+        jtabs = nj.tables()
+        jcells = nj.cells(np.arange(nj.K))
+
+        def make_terms(lo, hi):
+            p = np.arange(lo, hi)
+            n = hi - lo
+            cols = [np.broadcast_to(c[None, :], (n, U)) for c in ucols]
+            ecol = ecell_i[None, :] + (jmap[p] * sj)[:, None]
+            jc = [np.broadcast_to(c[lo:hi, None], (n, U)) for c in jcells]
+            return np.stack([c.reshape(-1) for c in cols + [ecol] + jc], axis=1)
+
+        T = g.ctx.combine_gen(utabs + [e.table] + jtabs, nj.K, U, make_terms)
+        g.release_node(nj)
+        nj.factors = [(T, np.arange(nj.K))]
+    for t in utabs:
+        t.release()
+    g.release_node(ni)
+    e.table.release()
+    g.remove_node(i)
+    g.touched.add(j)
+    g.stats["leaf"] += 1
+
+
+def eliminate_node(g, i):
+    """Eliminate node ``i`` with exactly two neighbours h < j (Eq. 4): new edge h-j."""
+    (h, eh), (j, ej) = sorted(g.adj[i].items())
+    ni = g.nodes[i]
+    ih, hmap, sih, sh, _ = eh.view(i)
+    ij, jmap, sij, sj, _ = ej.view(i)
+    utabs, ucols, rep = group_units(g, ni, ih, ij)
+    U = rep.shape[0]
+    _, hrep, hinv = np.unique(hmap, return_index=True, return_inverse=True)
+    _, jrep, jinv = np.unique(jmap, return_index=True, return_inverse=True)
+    A, D = hrep.shape[0], jrep.shape[0]
+    eh_i = ih[rep] * sih
+    ej_i = ij[rep] * sij
+
+    def make_terms(lo, hi):
+        c = np.arange(lo, hi)
+        n = hi - lo
+        a, d = c // D, c % D
+        col_h = (hmap[hrep[a]] * sh)[:, None] + eh_i[None, :]
+        col_j = (jmap[jrep[d]] * sj)[:, None] + ej_i[None, :]
+        cols = [np.broadcast_to(u[None, :], (n, U)) for u in ucols]
+        return np.stack([col_h.reshape(-1)] + [u.reshape(-1) for u in cols] + [col_j.reshape(-1)], axis=1)
+
+    T = g.ctx.combine_gen([eh.table] + utabs + [ej.table], A * D, U, make_terms)
+    for t in utabs:
+        t.release()
+    g.release_node(ni)
+    eh.table.release()
+    ej.table.release()
+    g.remove_node(i)
+    g.add_edge(WEdge(h, j, hinv, jinv, T, D))
+    g.stats["node"] += 1

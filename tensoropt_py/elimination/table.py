@@ -1,0 +1,216 @@
+"""Frontier tables with provenance, the engine's internal currency.
+
+A :class:`FTable` is a ragged set of frontiers, one per *cell* (a config of a node, a
+(layout-)pair of an edge, ...), in CSR form, plus for every point the global index of the
+parent point in each parent table that produced it (``prov``). Leaf tables stand for the
+original nodes (one point per config: the point index *is* the config) and edges (the
+reduced options of each layout pair; ``options`` maps point -> option index).
+:func:`tensoropt_py.frontier.unroll.unroll` walks provenance back from the final points
+to the leaves (TensorOpt §3.2 "Unroll").
+
+Cost arrays of tables that are no longer needed are released (:meth:`FTable.release`);
+provenance (int32 where it fits) is kept for unroll.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _kernels
+from .kernels import MAX_SLOTS, _chunk_bounds, _executor, reduce_ragged, resolve_threads
+
+__all__ = ["FTable", "Context"]
+
+_I32 = np.iinfo(np.int32).max
+_MAX_TERMS_PER_BATCH = 1 << 22  # terms built per kernel call by Context.combine_gen
+_STAGE_FACTOR = 16.0  # stage a product when direct enumeration exceeds this many combos per term
+
+
+class FTable:
+    """A ragged frontier table (internal)."""
+
+    __slots__ = ("id", "offsets", "mem", "time", "parents", "prov", "leaf", "options", "depth", "pieces", "_maxc")
+
+    def __init__(self, offsets, mem, time, parents=(), prov=None, leaf=None, options=None, depth=0, pieces=None):
+        self.id = -1
+        self.offsets = offsets
+        self.mem = mem
+        self.time = time
+        self.parents = tuple(parents)
+        self.prov = prov
+        self.leaf = leaf  # None, ("node", i) or ("edge", e)
+        self.options = options
+        self.depth = depth
+        self.pieces = pieces  # a concatenation of tables: point i belongs to the piece holding it
+        self._maxc = None
+
+    @property
+    def max_cell(self):
+        """Largest number of points in a cell."""
+        if self._maxc is None:
+            self._maxc = int(np.diff(self.offsets).max()) if self.n_cells else 0
+        return self._maxc
+
+    @property
+    def n_cells(self):
+        return self.offsets.shape[0] - 1
+
+    @property
+    def n_points(self):
+        return int(self.offsets[-1])
+
+    def release(self):
+        """Drop the cost arrays (keep offsets/provenance for unroll)."""
+        if self.leaf is None:
+            self.mem = None
+            self.time = None
+
+    def cell(self, c):
+        lo, hi = self.offsets[c], self.offsets[c + 1]
+        return self.mem[lo:hi], self.time[lo:hi]
+
+    def __repr__(self):
+        return f"FTable(id={self.id}, cells={self.n_cells}, points={self.n_points}, leaf={self.leaf})"
+
+
+class Context:
+    """Per-run state: epsilon, threads, the registry of tables (for unroll) and counters."""
+
+    def __init__(self, epsilon=0.0, threads=1):
+        self.epsilon = float(epsilon)
+        self.threads = resolve_threads(threads)
+        self.executor = _executor(self.threads)
+        self.tables: list[FTable] = []
+        self.stats = {"combines": 0, "terms": 0, "points": 0}
+
+    def register(self, tab):
+        tab.id = len(self.tables)
+        self.tables.append(tab)
+        return tab
+
+    # ---- leaves -------------------------------------------------------------------------
+    def node_leaf(self, i, costs):
+        k = costs.shape[0]
+        tab = FTable(
+            np.arange(k + 1, dtype=np.int64),
+            np.ascontiguousarray(costs[:, 0], dtype=np.float64),
+            np.ascontiguousarray(costs[:, 1], dtype=np.float64),
+            leaf=("node", i),
+        )
+        return self.register(tab)
+
+    def edge_leaf(self, e, table):
+        """Leaf of an edge: ``table`` (A, B, R, 2); cell a*B+b = reduced finite options."""
+        A, B, R, _ = table.shape
+        mem = table[..., 0].reshape(A * B, R)
+        tim = table[..., 1].reshape(A * B, R)
+        if R == 1:
+            tab = FTable(
+                np.arange(A * B + 1, dtype=np.int64),
+                np.ascontiguousarray(mem[:, 0]),
+                np.ascontiguousarray(tim[:, 0]),
+                leaf=("edge", e),
+                options=np.zeros(A * B, dtype=np.int8),
+            )
+            return self.register(tab)
+        finite = np.isfinite(mem) & np.isfinite(tim)
+        counts = finite.sum(axis=1)
+        offs = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        rows, opts = np.nonzero(finite)
+        off2, m2, t2, idx = reduce_ragged(offs, mem[rows, opts], tim[rows, opts])
+        tab = FTable(off2, m2, t2, leaf=("edge", e), options=opts[idx].astype(np.int16))
+        return self.register(tab)
+
+    # ---- the workhorse ------------------------------------------------------------------
+    def combine(self, parents, term_off, term_cells, thin=None):
+        """Output cell c = reduce(union over its terms of the product of parent cells).
+
+        ``thin`` (default: when some cell has several terms) applies epsilon thinning.
+        Terms that multiply more than two multi-point cells are staged: the product of
+        all but the last multi-point slot is reduced first (one intermediate cell per
+        distinct combination), so no term enumerates a huge Cartesian product.
+        """
+        S = len(parents)
+        assert 1 <= S <= MAX_SLOTS
+        term_off = np.ascontiguousarray(term_off, dtype=np.int64)
+        term_cells = np.ascontiguousarray(term_cells, dtype=np.int64).reshape(-1, S)
+        n_out = term_off.shape[0] - 1
+        if thin is None:
+            thin = bool(n_out and int(term_off[-1]) > n_out)
+        if S > 2 and term_cells.shape[0]:
+            staged = self._stage(parents, term_off, term_cells)
+            if staged is not None:
+                parents, term_cells = staged
+        return self._combine_raw(parents, term_off, term_cells, thin)
+
+    def _stage(self, parents, term_off, term_cells):
+        multi = [s for s, p in enumerate(parents) if p.max_cell > 1]
+        if len(multi) <= 2:
+            return None
+        if (term_cells[:, multi] < 0).any():
+            return None
+        sizes = np.stack([np.diff(parents[s].offsets)[term_cells[:, s]] for s in multi], axis=1).astype(np.float64)
+        direct = float((sizes.prod(axis=1) / sizes.max(axis=1)).sum())
+        if direct <= _STAGE_FACTOR * term_cells.shape[0]:
+            return None
+        first = multi[:-1]
+        uniq, inv = np.unique(term_cells[:, first], axis=0, return_inverse=True)
+        P = self.combine([parents[s] for s in first], np.arange(uniq.shape[0] + 1), uniq, thin=False)
+        rest = [s for s in range(len(parents)) if s not in first]
+        cells = np.column_stack([inv.reshape(-1)] + [term_cells[:, s] for s in rest])
+        self.stats["staged"] = self.stats.get("staged", 0) + 1
+        return [P] + [parents[s] for s in rest], cells
+
+    def _combine_raw(self, parents, term_off, term_cells, thin):
+        S = len(parents)
+        n_out = term_off.shape[0] - 1
+        eps = self.epsilon if thin else 0.0
+        offs = [p.offsets for p in parents]
+        mems = [p.mem for p in parents]
+        tims = [p.time for p in parents]
+        work = max(p.n_points / max(p.n_cells, 1) for p in parents)
+        bounds = _chunk_bounds(term_off, n_out, self.threads, work)
+        off, m, t, prov = _kernels.combine_kernel(offs, mems, tims, term_off, term_cells, eps, bounds, self.executor)
+        self.stats["combines"] += 1
+        self.stats["terms"] += int(term_off[-1])
+        self.stats["points"] += int(off[-1])
+        depth = max(p.depth for p in parents) + (1 if eps > 0 else 0)
+        return self.register(FTable(off, m, t, parents, _compact(prov, parents), depth=depth))
+
+    def combine_gen(self, parents, n_out, terms_per_cell, make_terms, thin=None):
+        """Like :meth:`combine` for regular term lists built in batches of output cells.
+
+        ``make_terms(lo, hi)`` returns the ``((hi-lo)*terms_per_cell, S)`` term cells of
+        output cells ``lo..hi-1`` (``terms_per_cell`` terms each), so huge term lists are
+        never materialised at once; the batches are glued by a concatenation table.
+        """
+        if thin is None:
+            thin = terms_per_cell > 1
+        batch = max(1, _MAX_TERMS_PER_BATCH // max(terms_per_cell, 1))
+        if n_out <= batch:
+            term_off = np.arange(n_out + 1, dtype=np.int64) * terms_per_cell
+            return self.combine(parents, term_off, make_terms(0, n_out), thin=thin)
+        pieces = []
+        for lo in range(0, n_out, batch):
+            hi = min(n_out, lo + batch)
+            term_off = np.arange(hi - lo + 1, dtype=np.int64) * terms_per_cell
+            pieces.append(self.combine(parents, term_off, make_terms(lo, hi), thin=thin))
+        counts = np.concatenate([np.diff(p.offsets) for p in pieces])
+        off = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        tab = FTable(
+            off,
+            np.concatenate([p.mem for p in pieces]),
+            np.concatenate([p.time for p in pieces]),
+            depth=max(p.depth for p in pieces),
+            pieces=pieces,
+        )
+        for p in pieces:
+            p.release()
+        return self.register(tab)
+
+
+def _compact(prov, parents):
+    """Store provenance as int32 when every parent is small enough (it usually is)."""
+    if prov.shape[0] and all(p.n_points <= _I32 for p in parents):
+        return prov.astype(np.int32)
+    return prov

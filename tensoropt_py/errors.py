@@ -1,0 +1,52 @@
+"""The exception hierarchy of tensoropt_py.
+
+Every error the library raises on purpose derives from :class:`TensorOptError`, so
+callers can catch the library's errors without catching unrelated ones. Errors
+about bad input also derive from :class:`ValueError` so that generic handlers work.
+"""
+
+__all__ = [
+    "TensorOptError",
+    "InvalidInputError",
+    "CostGraphError",
+    "InfeasibleError",
+    "UnsupportedOperatorError",
+    "CalibrationError",
+]
+
+
+class TensorOptError(Exception):
+    """Base class of every error raised by tensoropt_py."""
+
+
+class InvalidInputError(TensorOptError, ValueError):
+    """An argument has a value that is not allowed; the message names it and what is allowed."""
+
+
+class CostGraphError(InvalidInputError):
+    """A :class:`~tensoropt_py.frontier.CostGraph` is malformed (shape, NaN, negative cost, cycle...)."""
+
+
+class InfeasibleError(TensorOptError):
+    """No strategy satisfies the request (typically: nothing fits under the memory cap).
+
+    Attributes
+    ----------
+    min_memory : float or None
+        The smallest memory per device (bytes) any strategy needs, when known.
+    memory_cap : float or None
+        The cap (bytes) that was asked for, when there was one.
+    """
+
+    def __init__(self, message, *, min_memory=None, memory_cap=None):
+        super().__init__(message)
+        self.min_memory = min_memory
+        self.memory_cap = memory_cap
+
+
+class UnsupportedOperatorError(InvalidInputError):
+    """A model contains an operator the importer cannot represent (e.g. an unknown op with parameters)."""
+
+
+class CalibrationError(TensorOptError):
+    """A calibration file is missing, unreadable, or does not match the cluster."""

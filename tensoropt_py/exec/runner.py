@@ -1,0 +1,597 @@
+"""Run a :class:`~tensoropt_py.plan.Plan` over MPI ranks: ``run_plan`` and the ``run`` CLI.
+
+::
+
+    mpiexec -n 4 python -m mpi4py -m tensoropt_py run PLAN.json --model mlp --steps 5 --seed 0 --report out.json
+
+What every rank does (TensorOpt §4.2, "System workflow"):
+
+1. **Checks before any work**: the world size equals ``plan.devices``; the plan was made
+   for this model (``plan.model_fingerprint == api._fingerprint(graph)``); a calibration
+   file given with ``--calibration`` exists and reads; every operator's configuration can
+   run on local shards (:mod:`.local_ops`, else a ``NotImplementedError`` naming operator
+   and configuration); every edge's forward and backward collectives start and end at the
+   layouts the two configurations imply. The ranks agree on the outcome before starting.
+2. **Parameters**: the FULL parameters are initialised identically on every rank from the
+   seed (:func:`~tensoropt_py.graph.torch_ops.init_params`, the single-process model's
+   values), then each rank keeps its block in the layout of the parameter's reader. A
+   parameter read by several operators (tied weights) is stored once in its first reader's
+   layout and rescheduled to the others' (forward) and its gradients back (backward).
+3. **Data** (§4.2 "Data loading"): a seeded synthetic batch per step (the same on every rank
+   count), loaded data-parallel in the INPUT operator's layout (each rank keeps its shard)
+   and rescheduled to the consumers like any other tensor.
+4. **Forward**: operators in order, each on its local shards (:mod:`.local_ops`); between
+   operators each tensor is rescheduled with the plan's collectives
+   (:class:`~.reschedule_exec.Reschedule`: forward steps, and the plan's backward steps for
+   the gradient). Partial sums stay partial until an edge reduces them.
+5. **Backward**: ``loss.backward()`` with seed 1 on every rank (the local loss is a partial
+   sum or a replica of the loss); then the gradient all-reduce of each parameter over the
+   mesh axes splitting loop dimensions it does not index (fused per operator and axes, as
+   the cost model counts it).
+6. **Optimizer step** (SGD, momentum SGD or Adam: elementwise, so shards update exactly like
+   the full tensor).
+
+Tensor reuse (§4.2) is simplified: autograd keeps whatever each local operator saves, so
+both copies of a tensor kept by a producer and a consumer are kept (the plan's ``reuse``
+choice is reported, not enforced; measured memory may exceed a single-copy prediction).
+
+A failure on one rank after the start (an exception in an operator or a collective) prints
+``tensoropt-py run: rank R: ...`` and calls ``MPI_Abort``: the whole job ends non-zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import InvalidInputError, TensorOptError
+from ..graph.ir import Graph, OpKind, TensorRole
+from ..graph.torch_ops import init_params, run_graph, torch_dtype
+from ..space.configs import OpConfig
+from ..space.layout import PARTIAL, REPLICATE, Layout
+from ..space.mesh import Mesh, fine_groups
+from .backend import Backend, make_backend, world
+from .local_ops import LocalOp, prepare
+from .reschedule_exec import reschedule, steps_from_collectives, steps_from_path
+from .measure import Report, collective_counts, expected_collectives
+from .shard import gather_full, place_coordinate, shard
+
+__all__ = ["run_plan", "Executor", "Report", "synthetic_batch", "reference_train", "config_from_plan",
+           "expected_collectives", "main", "OPTIMIZERS"]
+
+OPTIMIZERS = ("sgd", "momentum", "adam")
+
+
+# ----------------------------------------------------------------------------------------------
+# data, reference
+# ----------------------------------------------------------------------------------------------
+def _int_high(graph: Graph, tensor: str) -> int:
+    """Exclusive upper bound of synthetic integer data for ``tensor`` (vocabulary / classes)."""
+    for op in graph.operators:
+        for use in op.inputs:
+            if use.tensor != tensor:
+                continue
+            if op.kind is OpKind.EMBEDDING:
+                return graph.tensors[op.params[-1].tensor].shape[0]
+            if op.kind is OpKind.LOSS and use is op.inputs[1]:
+                return graph.tensors[op.inputs[0].tensor].shape[-1]
+    return 2
+
+
+def synthetic_batch(graph: Graph, seed: int, step: int = 0) -> dict:
+    """The full synthetic batch of ``step``: normal floats, integers in the consumers' range.
+
+    The same on every rank and every rank count (one seeded generator over full tensors).
+    """
+    gen = torch.Generator().manual_seed(int(seed) * 1_000_003 + int(step))
+    out = {}
+    for op in graph.operators:
+        if op.kind is not OpKind.INPUT:
+            continue
+        for use in op.outputs:
+            spec = graph.tensors[use.tensor]
+            dt = torch_dtype(spec.dtype)
+            if dt.is_floating_point:
+                out[spec.name] = torch.randn(spec.shape, generator=gen, dtype=torch.float32).to(dt)
+            elif dt == torch.bool:
+                out[spec.name] = torch.randint(0, 2, spec.shape, generator=gen).bool()
+            else:
+                out[spec.name] = torch.randint(0, _int_high(graph, spec.name), spec.shape, generator=gen, dtype=dt)
+    return out
+
+
+def _optimizer(name: str, params, lr: float):
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr)
+    if name == "momentum":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    raise InvalidInputError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {name!r}")
+
+
+def _loss_name(graph: Graph) -> str:
+    outs = [t for t in graph.outputs if graph.tensors[t].shape == ()]
+    if not outs:
+        raise InvalidInputError(f"graph {graph.name!r} has no scalar output (loss) to train on; outputs: {graph.outputs}")
+    return outs[0]
+
+
+def reference_train(graph: Graph, steps: int, seed: int = 0, *, optimizer: str = "adam", lr: float = 1e-3):
+    """Single-process torch training: ``(losses, final parameters)`` (the executor's oracle).
+
+    Same initial parameters (:func:`init_params` with ``seed``), same data
+    (:func:`synthetic_batch`), :func:`~tensoropt_py.graph.torch_ops.run_graph`, autograd and
+    the same torch optimizer.
+    """
+    params = init_params(graph, seed=seed)
+    trained = [params[t.name] for t in graph.parameters]
+    opt = _optimizer(optimizer, trained, lr)
+    loss_name = _loss_name(graph)
+    losses = []
+    for s in range(steps):
+        opt.zero_grad(set_to_none=True)
+        loss = run_graph(graph, synthetic_batch(graph, seed, s), params)[loss_name]
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    return losses, {k: v.detach().clone() for k, v in params.items()}
+
+
+# ----------------------------------------------------------------------------------------------
+# plan -> configs and edges
+# ----------------------------------------------------------------------------------------------
+def config_from_plan(op, op_plan) -> OpConfig:
+    """The :class:`OpConfig` an :class:`~tensoropt_py.plan.OperatorPlan` describes."""
+    mesh = Mesh(tuple(op_plan.mesh))
+    index = {d.name: i for i, d in enumerate(op.loop_dims)}
+    assignment = [-1] * len(op.loop_dims)
+    for name, ax in op_plan.assignment:
+        if name not in index:
+            raise InvalidInputError(f"plan assigns unknown loop dimension {name!r} of operator {op.name!r}")
+        if not 0 <= int(ax) < mesh.ndim:
+            raise InvalidInputError(f"plan assigns {op.name}.{name} to mesh axis {ax} of {mesh}")
+        assignment[index[name]] = int(ax)
+    fine = []
+    for a, fa in enumerate(mesh.fine_of_axis):
+        lab = assignment.index(a) if a in assignment else -1
+        fine.extend([lab] * len(fa))
+    if mesh.shape == (1,):
+        fine = []
+    maps = tuple(tuple(assignment[index[g[0]]] if g else -1 for g in use.dims) for use in op.uses())
+    return OpConfig(mesh, tuple(assignment), maps, tuple(fine))
+
+
+@dataclass
+class _Edge:
+    producer: str
+    consumer: str
+    tensor: str
+    use_index: int
+    fwd: tuple
+    bwd: tuple
+    reuse: str
+
+
+def _chain(steps, start: Layout, end: Layout, what: str):
+    cur = start
+    for s in steps:
+        if s.before != cur:
+            raise InvalidInputError(f"{what}: step {s.kind} starts at {s.before}, the tensor is in {cur}")
+        cur = s.after
+    if cur != end:
+        raise InvalidInputError(f"{what}: the collectives end in {cur}, expected {end}")
+
+
+class _PathModel:
+    """A bandwidth-only communication model for paths the plan does not give (tied parameters)."""
+
+    def collective_time(self, kind, nbytes, groups):
+        n = len(groups[0]) if groups else 1
+        return 1e-6 + nbytes * (2.0 if kind == "all_reduce" else 1.0) * (n - 1) / max(n, 1) * 1e-9
+
+
+# ----------------------------------------------------------------------------------------------
+# the executor
+# ----------------------------------------------------------------------------------------------
+class Executor:
+    """One rank's part of a plan: shards, local operators, paths, optimizer (see the module docstring)."""
+
+    def __init__(self, plan, graph: Graph, backend: Backend, *, seed: int = 0, optimizer: str | None = None,
+                 lr: float = 1e-3):
+        self.plan, self.graph, self.be = plan, graph, backend
+        self.seed = int(seed)
+        self.optimizer_name = optimizer or (plan.optimizer if plan.optimizer in OPTIMIZERS else "adam")
+        if self.optimizer_name not in OPTIMIZERS:
+            raise InvalidInputError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
+        self.lr = float(lr)
+        self.n = int(plan.devices)
+        self.rank = backend.rank
+        self.device = backend.device
+        self.loss_name = _loss_name(graph)
+        self._build()
+
+    # -- setup -----------------------------------------------------------------------------------
+    def _build(self):
+        g, plan, n, rank = self.graph, self.plan, self.n, self.rank
+        names = [o.name for o in plan.operators]
+        if names != [op.name for op in g.operators]:
+            raise InvalidInputError(f"the plan's operators {names[:5]}... are not the graph's "
+                                    f"{[op.name for op in g.operators][:5]}...")
+        self.configs = {op.name: config_from_plan(op, op_plan) for op, op_plan in zip(g.operators, plan.operators)}
+        for op in g.operators:
+            if self.configs[op.name].mesh.num_devices != n:
+                raise InvalidInputError(f"operator {op.name!r}: mesh {self.configs[op.name].mesh} is not over {n} devices")
+        # local operators: every support check happens here, before anything runs
+        self.local_ops: dict[str, LocalOp] = {}
+        for op in g.operators:
+            if op.kind is not OpKind.INPUT:
+                self.local_ops[op.name] = prepare(op, self.configs[op.name], g, rank)
+        # edges
+        edges = [(op, ui, use) for op in g.operators for ui, use in enumerate(op.inputs)]
+        if len(edges) != len(plan.edges):
+            raise InvalidInputError(f"the plan has {len(plan.edges)} edges, the graph {len(edges)}")
+        self.edges: dict = {}
+        for (op, ui, use), ep in zip(edges, plan.edges):
+            prod = g.operator(g.producer(use.tensor))
+            if (ep.producer, ep.consumer, ep.tensor) != (prod.name, op.name, use.tensor):
+                raise InvalidInputError(f"plan edge {ep.producer}->{ep.consumer} [{ep.tensor}] does not match the graph "
+                                        f"edge {prod.name}->{op.name} [{use.tensor}]")
+            A = self.out_layout(prod, use.tensor)
+            B = self.configs[op.name].layout(op, ui)
+            Bg = self.configs[op.name].layout(op, ui, gradient=True)
+            what = f"edge {prod.name} -> {op.name} [{use.tensor}]"
+            fwd = steps_from_collectives(ep.forward, n)
+            bwd = steps_from_collectives(ep.backward, n)
+            _chain(fwd, A, B, what + " forward")
+            if bwd:
+                _chain(bwd, Bg, A.without_partial(), what + " backward")
+            self.edges[(op.name, ui)] = _Edge(prod.name, op.name, use.tensor, ui, fwd, bwd, ep.reuse)
+        self._build_params()
+
+    def out_layout(self, op, tensor) -> Layout:
+        cfg = self.configs[op.name]
+        base = len(op.inputs) + len(op.params)
+        for k, u in enumerate(op.outputs):
+            if u.tensor == tensor:
+                return cfg.layout(op, base + k)
+        raise InvalidInputError(f"operator {op.name!r} does not produce {tensor!r}")
+
+    def _build_params(self):
+        g, rank = self.graph, self.rank
+        full = init_params(g, seed=self.seed)
+        users: dict = {}
+        for op in g.operators:
+            for pi, use in enumerate(op.params):
+                users.setdefault(use.tensor, []).append((op, len(op.inputs) + pi))
+        self.master: dict = {}  # trained parameter -> (local leaf tensor, layout)
+        self.views: dict = {}  # (op, tensor) -> constant block | ("shared", fwd, bwd)
+        self.grad_groups: list = []  # (op name, groups, [param names]) of fused gradient all-reduces
+        self.shared: set = set()
+        from ..cost.reschedule import Rescheduler
+
+        rs = Rescheduler(_PathModel())
+        for name, us in users.items():
+            spec = g.tensors[name]
+            if spec.role is TensorRole.CONSTANT:
+                for op, ui in us:
+                    lay = self.configs[op.name].layout(op, ui)
+                    self.views[(op.name, name)] = shard(full[name], lay, rank).to(self.device)
+                continue
+            op0, ui0 = us[0]
+            M = self.configs[op0.name].layout(op0, ui0)
+            t = shard(full[name].detach(), M, rank).to(self.device).requires_grad_(True)
+            self.master[name] = (t, M)
+            if len({op.name for op, _ in us}) > 1:
+                self.shared.add(name)
+                for op, ui in us:
+                    cfg = self.configs[op.name]
+                    B, Bg = cfg.layout(op, ui), cfg.layout(op, ui, gradient=True)
+                    fwd = steps_from_path(rs.path(spec.shape, spec.dtype, M, B))
+                    bwd = steps_from_path(rs.path(spec.shape, spec.dtype, Bg, M))
+                    self.views[(op.name, name)] = ("shared", fwd, bwd)
+        # fused gradient all-reduces of single-reader parameters (per operator and axes)
+        for op in g.operators:
+            cfg = self.configs[op.name]
+            fused: dict = {}
+            for pi, use in enumerate(op.params):
+                name = use.tensor
+                if name not in self.master or name in self.shared:
+                    continue
+                G = cfg.layout(op, len(op.inputs) + pi, gradient=True)
+                axes = tuple(a for a, p in enumerate(G.place) if p == PARTIAL)
+                if axes and name not in fused.get(axes, []):
+                    fused.setdefault(axes, []).append(name)
+            for axes, names in fused.items():
+                self.grad_groups.append((op.name, fine_groups(cfg.mesh.fine_sizes, axes), names))
+        self.params = [self.master[t.name][0] for t in g.parameters if t.name in self.master]
+        self.opt = _optimizer(self.optimizer_name, self.params, self.lr)
+        self._param_ptrs = {p.untyped_storage().data_ptr() for p in self.params}
+        self._param_ptrs |= {v.untyped_storage().data_ptr() for v in self.views.values() if isinstance(v, torch.Tensor)}
+
+    # -- one iteration ---------------------------------------------------------------------------
+    def _param(self, op, name):
+        v = self.views.get((op.name, name))
+        if isinstance(v, torch.Tensor):
+            return v
+        t, _ = self.master[name]
+        if v is None:
+            return t
+        _, fwd, bwd = v
+        return reschedule(t, fwd, bwd, self.graph.tensors[name].shape, self.be, tag=f"param:{name}")
+
+    def forward(self, step: int):
+        g, be, rank = self.graph, self.be, self.rank
+        data = synthetic_batch(g, self.seed, step)
+        env: dict = {}
+        for op in g.operators:
+            if op.kind is OpKind.INPUT:
+                for u in op.outputs:
+                    env[u.tensor] = shard(data[u.tensor], self.out_layout(op, u.tensor), rank).to(self.device)
+                continue
+            ins = {}
+            for ui, use in enumerate(op.inputs):
+                if use.tensor in ins:
+                    continue
+                e = self.edges[(op.name, ui)]
+                with be.phase("fwd"):
+                    ins[use.tensor] = reschedule(env[use.tensor], e.fwd, e.bwd, g.tensors[use.tensor].shape, be,
+                                                 tag=f"edge:{e.producer}->{e.consumer}:{e.tensor}")
+            prm = {}
+            for use in op.params:
+                if use.tensor not in prm:
+                    with be.phase("fwd"):
+                        prm[use.tensor] = self._param(op, use.tensor)
+            env.update(self.local_ops[op.name].run(ins, prm))
+        return env[self.loss_name]
+
+    def _sync_grads(self):
+        be = self.be
+        with be.phase("grad"):
+            for opname, groups, names in self.grad_groups:
+                ts = [self.master[nm][0] for nm in names]
+                grads = [t.grad if t.grad is not None else torch.zeros_like(t) for t in ts]
+                flat = torch.cat([gr.reshape(-1) for gr in grads])
+                with be.tag(f"grad:{opname}"):
+                    red = be.all_reduce(flat, groups)
+                off = 0
+                for t, gr in zip(ts, grads):
+                    k = gr.numel()
+                    t.grad = red[off:off + k].view_as(t).clone()
+                    off += k
+
+    def _loss_value(self, loss_local) -> float:
+        op = self.graph.operator(self.graph.producer(self.loss_name))
+        lay = self.out_layout(op, self.loss_name)
+        w = 1.0 if place_coordinate(lay, self.rank, REPLICATE)[0] == 0 else 0.0
+        with self.be.phase("report"):
+            tot = self.be.all_reduce((loss_local.detach().float() * w).reshape(1), (tuple(range(self.n)),))
+        return float(tot[0])
+
+    def step(self, step: int) -> tuple[float, float, int, list]:
+        """One training iteration: ``(loss, seconds, saved bytes, records)``."""
+        be = self.be
+        be.barrier()
+        first = len(be.records)
+        saved: dict = {}
+        ptrs = self._param_ptrs
+
+        def pack(t):
+            st = t.untyped_storage()
+            p = st.data_ptr()
+            if p not in ptrs:
+                saved[p] = max(saved.get(p, 0), st.nbytes())
+            return t
+
+        t0 = time.perf_counter()
+        self.opt.zero_grad(set_to_none=True)
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            loss = self.forward(step)
+        with be.phase("bwd"):
+            loss.backward()
+        self._sync_grads()
+        for t in self.params:
+            if t.grad is None:
+                t.grad = torch.zeros_like(t)
+        self.opt.step()
+        be.synchronize()
+        dt = time.perf_counter() - t0
+        recs = be.records[first:]
+        return self._loss_value(loss), dt, sum(saved.values()), recs
+
+    def state_bytes(self) -> int:
+        """Parameters + gradients + optimizer state + constants held by this rank."""
+        total = sum(p.numel() * p.element_size() * 2 for p in self.params)
+        for st in self.opt.state.values():
+            for v in st.values():
+                if isinstance(v, torch.Tensor) and v.dim() > 0:
+                    total += v.numel() * v.element_size()
+        total += sum(v.numel() * v.element_size() for v in self.views.values() if isinstance(v, torch.Tensor))
+        return total
+
+    def full_params(self) -> dict:
+        """Every trained parameter gathered to a full tensor (on every rank)."""
+        out = {}
+        for t in self.graph.parameters:
+            if t.name in self.master:
+                loc, lay = self.master[t.name]
+                out[t.name] = gather_full(loc.detach(), lay, t.shape, self.be).cpu()
+        return out
+
+
+# ----------------------------------------------------------------------------------------------
+# entry points
+# ----------------------------------------------------------------------------------------------
+def _validate(plan, graph, size: int, calibration=None):
+    from ..api import _fingerprint
+
+    if not isinstance(graph, Graph):
+        raise InvalidInputError(f"graph must be a tensoropt_py Graph, got {type(graph).__name__}")
+    if int(plan.devices) != int(size):
+        raise InvalidInputError(f"the plan is for {plan.devices} devices but the job has {size} ranks "
+                                f"(run it with mpiexec -n {plan.devices})")
+    fp = _fingerprint(graph)
+    if plan.model_fingerprint and plan.model_fingerprint != fp:
+        raise InvalidInputError(f"the plan was made for another model: its fingerprint {plan.model_fingerprint} "
+                                f"(model {plan.model!r}) is not {fp} (model {graph.name!r})")
+    if calibration is not None:
+        from ..cluster import load_calibration
+
+        load_calibration(calibration)  # CalibrationError naming the path when missing or corrupt
+
+
+def run_plan(plan, graph: Graph, steps: int = 3, seed: int = 0, *, backend="auto", optimizer: str | None = None,
+             lr: float = 1e-3, warmup: int = 1, calibration=None, return_params: bool = False, comm=None) -> Report:
+    """Train ``graph`` for ``steps`` iterations with ``plan`` on the MPI job's ranks; a :class:`Report`.
+
+    Parameters
+    ----------
+    plan : Plan, str or path
+        A :class:`~tensoropt_py.plan.Plan` or its JSON.
+    graph : Graph
+        The model the plan was made for (checked by fingerprint).
+    backend : {"auto", "mpi", "nccl"} or Backend
+    optimizer : {"sgd", "momentum", "adam"}, optional
+        Default: the plan's optimizer.
+    warmup : int
+        Steps left out of the time medians.
+    calibration : path, optional
+        A calibration file to check (``CalibrationError`` when missing or unreadable).
+    return_params : bool
+        Gather the final parameters to full tensors into ``Report.params``.
+
+    Every rank must call it (collectively); every rank gets the same report.
+    """
+    from ..plan import Plan
+
+    if not isinstance(plan, Plan):
+        plan = Plan.from_json(plan)
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise InvalidInputError(f"steps must be a positive int, got {steps!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise InvalidInputError(f"seed must be a non-negative int, got {seed!r}")
+    if not lr > 0:
+        raise InvalidInputError(f"lr must be positive, got {lr!r}")
+    if isinstance(backend, Backend):
+        be = backend
+        comm = getattr(be, "comm", None)
+    else:
+        comm = world() if comm is None else comm
+        be = None
+    size = be.size if be is not None else comm.Get_size()
+    _validate(plan, graph, size, calibration)
+    if be is None:
+        be = make_backend(backend, comm)
+    err = None
+    try:
+        ex = Executor(plan, graph, be, seed=seed, optimizer=optimizer, lr=lr)
+    except (TensorOptError, ValueError, NotImplementedError) as exc:
+        err = exc
+    errors = comm.allgather(None if err is None else f"{type(err).__name__}: {err}") if comm is not None else [err]
+    if err is not None:
+        raise err
+    bad = [(r, e) for r, e in enumerate(errors) if e]
+    if bad:
+        raise TensorOptError(f"rank {bad[0][0]} failed during setup: {bad[0][1]}")
+
+    losses, times, saved_peak, comm_times, last = [], [], 0, [], []
+    try:
+        for s in range(steps):
+            loss, dt, saved, recs = ex.step(s)
+            losses.append(loss)
+            times.append(dt)
+            saved_peak = max(saved_peak, saved)
+            comm_times.append(sum(r.seconds for r in recs if r.phase in ("fwd", "bwd", "grad")))
+            last = recs
+    except BaseException as exc:
+        exc._tensoropt_during_run = True  # main() aborts the whole job
+        raise
+    if be.device.type == "cuda":
+        mem = float(torch.cuda.max_memory_allocated(be.device))
+    else:
+        mem = float(ex.state_bytes() + saved_peak)
+    w = min(max(int(warmup), 0), steps - 1)
+    t_med = statistics.median(times[w:])
+    c_med = statistics.median(comm_times[w:])
+    mine = {"time": t_med, "comm": c_med, "memory": mem}
+    allr = comm.allgather(mine) if comm is not None else [mine]
+    counts = collective_counts(last)
+    notes = []
+    reuse = Counter(e.reuse for e in plan.edges)
+    if any(k in ("producer_copy", "consumer_copy", "reuse_producer") for k in reuse):
+        notes.append("tensor reuse is not enforced: both copies of tensors kept by producer and consumer are kept")
+    if ex.shared:
+        notes.append(f"tied parameters {sorted(ex.shared)} are rescheduled to their readers (extra collectives)")
+    report = Report(
+        losses=losses, step_times=times,
+        time_predicted=float(plan.time), time_measured=max(r["time"] for r in allr),
+        memory_predicted=float(plan.memory), memory_measured=max(r["memory"] for r in allr),
+        memory_per_rank=[r["memory"] for r in allr],
+        comm_predicted=float(plan.communication_time), comm_measured=max(r["comm"] for r in allr),
+        collectives=[r.to_dict() for r in last if r.phase != "report"],
+        collective_counts={f"{p}:{k}": v for (p, k), v in sorted(counts.items())},
+        backend=be.name, devices=int(plan.devices), steps=steps, warmup=w, optimizer=ex.optimizer_name, notes=notes,
+    )
+    if return_params:
+        report.params = ex.full_params()
+    return report
+
+
+def _parser():
+    p = argparse.ArgumentParser(prog="tensoropt-py run",
+                                description="Execute a plan over MPI ranks (mpiexec -n N python -m mpi4py -m "
+                                            "tensoropt_py run PLAN.json --model NAME ...).")
+    p.add_argument("plan", help="PLAN.json")
+    p.add_argument("--model", required=True, help="zoo name (name:key=value,...) or package.module:factory")
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--warmup", type=int, default=1, help="steps left out of the time medians (default 1)")
+    p.add_argument("--report", default=None, help="write the report JSON here (rank 0)")
+    p.add_argument("--backend", choices=("auto", "mpi", "nccl"), default="auto")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default=None, help="default: the plan's optimizer")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--calibration", default=None, help="calibration file the plan was made with (checked)")
+    return p
+
+
+def main(argv=None) -> int:
+    """``tensoropt-py run`` (see the module docstring). Rank 0 prints and writes the report."""
+    from ..api import load_model
+    from ..plan import Plan
+
+    args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    comm = world()
+    plan = Plan.from_json(args.plan)
+    graph = load_model(args.model)
+    _validate(plan, graph, comm.Get_size(), args.calibration)
+    try:
+        report = run_plan(plan, graph, args.steps, args.seed, backend=args.backend, optimizer=args.optimizer,
+                          lr=args.lr, warmup=args.warmup, calibration=args.calibration, comm=comm)
+    except BaseException as exc:  # noqa: BLE001
+        if getattr(exc, "_tensoropt_during_run", False):
+            _abort(comm, exc)  # one rank failed mid-run: the others would wait forever
+        raise  # a setup error every rank agreed on: a clean one-line error (exit 2)
+    if comm.Get_rank() == 0:
+        print(f"plan: {plan.summary()}")
+        print(report.summary())
+        if args.report:
+            report.to_json(args.report)
+            print(f"report written to {args.report}")
+    sys.stdout.flush()
+    return 0
+
+
+def _abort(comm, exc):
+    print(f"tensoropt-py run: rank {comm.Get_rank()}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    try:
+        comm.Abort(1)
+    finally:  # MPI_Abort may return before the process manager kills us
+        os._exit(1)

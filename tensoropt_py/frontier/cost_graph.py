@@ -1,0 +1,456 @@
+"""The engine's input: a DAG whose nodes and edges carry (memory, time) cost tables.
+
+See DESIGN.md "Contracts". Node ``i`` has ``K_i`` configs with costs ``(K_i, 2)``
+(memory_bytes, time_s). Edge ``(u, v, cost)`` costs ``(K_u, K_v, 2)``, or
+``(K_u, K_v, R, 2)`` for ``R`` alternative options per config pair (``+inf`` marks an
+absent option), or a :class:`LayoutEdge` (factored by tensor layouts). A strategy picks a
+config per node and an option per edge; its cost is the sum of the picked costs (Eq. 3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import CostGraphError, InvalidInputError
+
+__all__ = ["LayoutEdge", "CostGraph", "evaluate", "brute_force_frontier", "MAX_BRUTE_FORCE_STRATEGIES"]
+
+MAX_BRUTE_FORCE_STRATEGIES = 1_000_000
+
+
+def _readonly(a):
+    a = np.array(a, copy=True) if a.flags.writeable or not a.flags.c_contiguous else a
+    a.flags.writeable = False
+    return a
+
+
+def _check_costs(arr, what):
+    """NaN / -inf / negative checks; +inf allowed (absent option) only where the caller says."""
+    if np.isnan(arr).any():
+        bad = tuple(int(x) for x in np.argwhere(np.isnan(arr))[0])
+        raise CostGraphError(f"{what} has NaN at index {bad}")
+    if (arr < 0).any():
+        bad = tuple(int(x) for x in np.argwhere(arr < 0)[0])
+        raise CostGraphError(f"{what} has negative cost {arr[bad]} at index {bad}; costs must be >= 0")
+
+
+def _layout_array(x, name):
+    try:
+        arr = np.asarray(x)
+    except Exception as exc:  # pragma: no cover - defensive
+        raise CostGraphError(f"{name} is not an array: {exc}") from None
+    if arr.ndim != 1 or arr.shape[0] < 1:
+        raise CostGraphError(f"{name} must be a non-empty 1-d integer array, got shape {arr.shape}")
+    if arr.dtype.kind not in "iu":
+        if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
+            arr = arr.astype(np.int64)
+        else:
+            raise CostGraphError(f"{name} must hold integers, got dtype {arr.dtype}")
+    return arr.astype(np.int64)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class LayoutEdge:
+    """An edge cost factored by layouts: ``cost[k, p] = table[src_layout[k], dst_layout[p]]``.
+
+    Parameters
+    ----------
+    src_layout : array_like of int, shape (K_u,)
+        Output-layout class (``0 .. A-1``) of every config of the source node.
+    dst_layout : array_like of int, shape (K_v,)
+        Input-layout class (``0 .. B-1``) of every config of the destination node.
+    table : array_like of float, shape (A, B, 2) or (A, B, R, 2)
+        Cost (memory, time) of every layout pair (and option); ``+inf`` = absent option.
+
+    Examples
+    --------
+    >>> e = LayoutEdge([0, 0, 1], [1, 0], np.zeros((2, 2, 2)))
+    >>> str(e)
+    'LayoutEdge(K_u=3, K_v=2, A=2, B=2, R=1)'
+    """
+
+    src_layout: np.ndarray
+    dst_layout: np.ndarray
+    table: np.ndarray
+
+    def __post_init__(self):
+        src = _layout_array(self.src_layout, "src_layout")
+        dst = _layout_array(self.dst_layout, "dst_layout")
+        try:
+            tab = np.asarray(self.table, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise CostGraphError(f"LayoutEdge table is not a float array: {exc}") from None
+        if tab.ndim not in (3, 4) or tab.shape[-1] != 2 or 0 in tab.shape:
+            raise CostGraphError(f"LayoutEdge table must have shape (A, B, 2) or (A, B, R, 2), got {tab.shape}")
+        A, B = tab.shape[:2]
+        if src.min() < 0 or src.max() >= A:
+            bad = int(np.argmax((src < 0) | (src >= A)))
+            raise CostGraphError(f"src_layout[{bad}] = {src[bad]} is out of range [0, {A}) (table has A={A})")
+        if dst.min() < 0 or dst.max() >= B:
+            bad = int(np.argmax((dst < 0) | (dst >= B)))
+            raise CostGraphError(f"dst_layout[{bad}] = {dst[bad]} is out of range [0, {B}) (table has B={B})")
+        object.__setattr__(self, "src_layout", _readonly(src))
+        object.__setattr__(self, "dst_layout", _readonly(dst))
+        object.__setattr__(self, "table", _readonly(tab))
+
+    @property
+    def n_options(self):
+        """R, the number of alternative options per layout pair."""
+        return 1 if self.table.ndim == 3 else self.table.shape[2]
+
+    def dense(self):
+        """The equivalent dense ``(K_u, K_v, [R,] 2)`` cost array.
+
+        Examples
+        --------
+        >>> LayoutEdge([0, 1], [0], np.arange(4.0).reshape(2, 1, 2)).dense()[:, 0].tolist()
+        [[0.0, 1.0], [2.0, 3.0]]
+        """
+        return self.table[self.src_layout[:, None], self.dst_layout[None, :]]
+
+    def __str__(self):
+        A, B = self.table.shape[:2]
+        return (
+            f"LayoutEdge(K_u={self.src_layout.shape[0]}, K_v={self.dst_layout.shape[0]}, "
+            f"A={A}, B={B}, R={self.n_options})"
+        )
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class CostGraph:
+    """A validated cost graph (a DAG of cost tables), the input of :func:`track`.
+
+    Parameters
+    ----------
+    node_costs : sequence of array_like, each (K_i, 2)
+        Memory (bytes) and time (s) of every config of node i; finite, >= 0.
+    edges : sequence of (u, v, cost)
+        Directed edge u -> v; ``cost`` is ``(K_u, K_v, 2)``, ``(K_u, K_v, R, 2)`` or a
+        :class:`LayoutEdge`. ``+inf`` marks an absent option; every config pair needs one
+        finite option. Multi-edges are allowed; the graph must be acyclic.
+
+    Raises
+    ------
+    CostGraphError
+        With the culprit named (node/edge index, shape, value).
+
+    Examples
+    --------
+    >>> cg = CostGraph([np.array([[1.0, 2.0], [2.0, 1.0]]), np.array([[0.0, 1.0]])],
+    ...                [(0, 1, np.zeros((2, 1, 2)))])
+    >>> str(cg)
+    'CostGraph(nodes=2, edges=1, K<=2)'
+    """
+
+    node_costs: tuple
+    edges: tuple
+    topological_order: tuple = field(init=False, repr=False)
+    _norm: tuple = field(init=False, repr=False)
+
+    def __post_init__(self):
+        if isinstance(self.node_costs, np.ndarray) and self.node_costs.ndim == 3:
+            nodes_in = list(self.node_costs)
+        else:
+            try:
+                nodes_in = list(self.node_costs)
+            except TypeError:
+                raise CostGraphError(f"node_costs must be a sequence of (K_i, 2) arrays, got {type(self.node_costs).__name__}") from None
+        if len(nodes_in) == 0:
+            raise CostGraphError("a CostGraph needs at least one node")
+        nodes = []
+        for i, c in enumerate(nodes_in):
+            try:
+                arr = np.asarray(c, dtype=np.float64)
+            except (TypeError, ValueError) as exc:
+                raise CostGraphError(f"node {i}: costs are not a float array: {exc}") from None
+            if arr.ndim != 2 or arr.shape[1] != 2 or arr.shape[0] < 1:
+                raise CostGraphError(f"node {i}: costs must have shape (K, 2) with K >= 1, got {arr.shape}")
+            _check_costs(arr, f"node {i}")
+            if not np.all(np.isfinite(arr)):
+                bad = tuple(int(x) for x in np.argwhere(~np.isfinite(arr))[0])
+                raise CostGraphError(f"node {i} has infinite cost at index {bad}; node costs must be finite")
+            nodes.append(_readonly(arr))
+        n = len(nodes)
+        try:
+            edges_in = list(self.edges)
+        except TypeError:
+            raise CostGraphError(f"edges must be a sequence of (u, v, cost), got {type(self.edges).__name__}") from None
+        edges, norm = [], []
+        for e, item in enumerate(edges_in):
+            try:
+                u, v, cost = item
+            except (TypeError, ValueError):
+                raise CostGraphError(f"edge {e}: expected a (u, v, cost) triple, got {item!r:.80}") from None
+            for name, x in (("source", u), ("target", v)):
+                if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
+                    raise CostGraphError(f"edge {e}: {name} node must be an int, got {x!r}")
+                if not 0 <= x < n:
+                    raise CostGraphError(f"edge {e}: {name} node {x} does not exist (graph has {n} nodes)")
+            u, v = int(u), int(v)
+            if u == v:
+                raise CostGraphError(f"edge {e}: self-loop on node {u}")
+            Ku, Kv = nodes[u].shape[0], nodes[v].shape[0]
+            if isinstance(cost, LayoutEdge):
+                le = cost
+                if le.src_layout.shape[0] != Ku:
+                    raise CostGraphError(
+                        f"edge {e} ({u}->{v}): src_layout has {le.src_layout.shape[0]} entries, node {u} has K={Ku}"
+                    )
+                if le.dst_layout.shape[0] != Kv:
+                    raise CostGraphError(
+                        f"edge {e} ({u}->{v}): dst_layout has {le.dst_layout.shape[0]} entries, node {v} has K={Kv}"
+                    )
+                tab = le.table if le.table.ndim == 4 else le.table[:, :, None, :]
+                _check_costs(tab, f"edge {e} ({u}->{v}) layout table")
+                smap, dmap = le.src_layout, le.dst_layout
+                stored = le
+            else:
+                try:
+                    arr = np.asarray(cost, dtype=np.float64)
+                except (TypeError, ValueError) as exc:
+                    raise CostGraphError(f"edge {e} ({u}->{v}): cost is not a float array or LayoutEdge: {exc}") from None
+                if arr.ndim not in (3, 4) or arr.shape[:2] != (Ku, Kv) or arr.shape[-1] != 2 or 0 in arr.shape:
+                    raise CostGraphError(
+                        f"edge {e} ({u}->{v}): cost must have shape ({Ku}, {Kv}, 2) or ({Ku}, {Kv}, R, 2), got {arr.shape}"
+                    )
+                _check_costs(arr, f"edge {e} ({u}->{v})")
+                arr = _readonly(arr)
+                tab = arr if arr.ndim == 4 else arr[:, :, None, :]
+                smap = np.arange(Ku, dtype=np.int64)
+                dmap = np.arange(Kv, dtype=np.int64)
+                stored = arr
+            finite = np.all(np.isfinite(tab), axis=-1).any(axis=-1)  # (A, B)
+            used = finite[np.unique(smap)[:, None], np.unique(dmap)[None, :]]
+            if not used.all():
+                ua, ub = np.unique(smap), np.unique(dmap)
+                ia, ib = np.argwhere(~used)[0]
+                a, b = int(ua[ia]), int(ub[ib])
+                k = int(np.argmax(smap == a))
+                p = int(np.argmax(dmap == b))
+                where = f"layout pair ({a}, {b}), e.g. config pair ({k}, {p})" if isinstance(cost, LayoutEdge) else f"config pair ({k}, {p})"
+                raise CostGraphError(f"edge {e} ({u}->{v}): every option of {where} is +inf (no way to connect them)")
+            edges.append((u, v, stored))
+            norm.append((u, v, smap, dmap, tab))
+        object.__setattr__(self, "node_costs", tuple(nodes))
+        object.__setattr__(self, "edges", tuple(edges))
+        object.__setattr__(self, "_norm", tuple(norm))
+        object.__setattr__(self, "topological_order", _toposort(n, [(u, v) for u, v, _ in edges]))
+
+    @property
+    def n_nodes(self):
+        return len(self.node_costs)
+
+    @property
+    def n_edges(self):
+        return len(self.edges)
+
+    @property
+    def n_configs(self):
+        """Tuple of K_i."""
+        return tuple(c.shape[0] for c in self.node_costs)
+
+    def n_options(self, e):
+        """R of edge ``e`` (1 for a 3-d cost)."""
+        return self._norm[e][4].shape[2]
+
+    def n_strategies(self):
+        """Number of (config, option) strategies, as a Python int (may be astronomically large).
+
+        Examples
+        --------
+        >>> CostGraph([np.zeros((3, 2)), np.zeros((2, 2))], [(0, 1, np.zeros((3, 2, 2, 2)))]).n_strategies()
+        12
+        """
+        total = 1
+        for k in self.n_configs:
+            total *= int(k)
+        for e in range(self.n_edges):
+            total *= int(self.n_options(e))
+        return total
+
+    def components(self):
+        """Connected components (undirected) as tuples of node indices, in order of their smallest node."""
+        parent = list(range(self.n_nodes))
+
+        def find(x):
+            while parent[x] != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+
+        for u, v, _ in self.edges:
+            ru, rv = find(u), find(v)
+            if ru != rv:
+                parent[max(ru, rv)] = min(ru, rv)
+        groups: dict[int, list] = {}
+        for i in range(self.n_nodes):
+            groups.setdefault(find(i), []).append(i)
+        return tuple(tuple(g) for g in sorted(groups.values()))
+
+    def __str__(self):
+        return f"CostGraph(nodes={self.n_nodes}, edges={self.n_edges}, K<={max(self.n_configs)})"
+
+    __repr__ = __str__
+
+
+def _toposort(n, edges):
+    indeg = [0] * n
+    out = [[] for _ in range(n)]
+    for u, v in edges:
+        out[u].append(v)
+        indeg[v] += 1
+    import heapq
+
+    ready = [i for i in range(n) if indeg[i] == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        x = heapq.heappop(ready)
+        order.append(x)
+        for y in out[x]:
+            indeg[y] -= 1
+            if indeg[y] == 0:
+                heapq.heappush(ready, y)
+    if len(order) < n:
+        # find an explicit cycle among the remaining nodes
+        rem = {i for i in range(n) if indeg[i] > 0}
+        x = min(rem)
+        seen = {}
+        path = []
+        while x not in seen:
+            seen[x] = len(path)
+            path.append(x)
+            x = next(y for y in out[x] if y in rem)
+        cyc = path[seen[x]:] + [x]
+        raise CostGraphError(f"the graph has a cycle: {' -> '.join(map(str, cyc))} (edges must form a DAG)")
+    return tuple(order)
+
+
+def _check_choices(cg, choices, edge_choices):
+    choices = np.asarray(choices)
+    if choices.ndim == 1:
+        choices = choices[None, :]
+    if choices.ndim != 2 or choices.shape[1] != cg.n_nodes:
+        raise InvalidInputError(f"choices must have shape (P, {cg.n_nodes}), got {np.shape(choices)}")
+    P = choices.shape[0]
+    if edge_choices is None:
+        edge_choices = np.zeros((P, cg.n_edges), dtype=np.int64)
+    edge_choices = np.asarray(edge_choices)
+    if edge_choices.ndim == 1:
+        edge_choices = edge_choices[None, :]
+    if edge_choices.shape != (P, cg.n_edges):
+        raise InvalidInputError(f"edge_choices must have shape ({P}, {cg.n_edges}), got {edge_choices.shape}")
+    if choices.size and choices.dtype.kind not in "iu":
+        raise InvalidInputError(f"choices must be integers, got dtype {choices.dtype}")
+    for i, K in enumerate(cg.n_configs):
+        col = choices[:, i]
+        if col.size and (col.min() < 0 or col.max() >= K):
+            raise InvalidInputError(f"choices[:, {i}] must be in [0, {K}), got {int(col.min())}..{int(col.max())}")
+    for e in range(cg.n_edges):
+        R = cg.n_options(e)
+        col = edge_choices[:, e]
+        if col.size and (col.min() < 0 or col.max() >= R):
+            raise InvalidInputError(f"edge_choices[:, {e}] must be in [0, {R}), got {int(col.min())}..{int(col.max())}")
+    return choices.astype(np.int64), edge_choices.astype(np.int64)
+
+
+def evaluate(cg, choices, edge_choices=None):
+    """Recompute the (memory, time) of strategies from the CostGraph (Eq. 3).
+
+    Parameters
+    ----------
+    cg : CostGraph
+    choices : array_like of int, shape (P, n_nodes) or (n_nodes,)
+        Config index of every node.
+    edge_choices : array_like of int, shape (P, n_edges), optional
+        Option of every edge (default all 0). Picking an absent (+inf) option gives inf.
+
+    Returns
+    -------
+    memory, time : ndarray of float64, shape (P,)
+
+    Examples
+    --------
+    >>> cg = CostGraph([np.array([[1.0, 2.0], [2.0, 1.0]]), np.array([[0.0, 1.0]])],
+    ...                [(0, 1, np.full((2, 1, 2), 0.5))])
+    >>> m, t = evaluate(cg, [[0, 0], [1, 0]])
+    >>> m.tolist(), t.tolist()
+    ([1.5, 2.5], [3.5, 2.5])
+    """
+    if not isinstance(cg, CostGraph):
+        raise InvalidInputError(f"cg must be a CostGraph, got {type(cg).__name__}")
+    choices, edge_choices = _check_choices(cg, choices, edge_choices)
+    P = choices.shape[0]
+    mem = np.zeros(P)
+    tim = np.zeros(P)
+    for i, c in enumerate(cg.node_costs):
+        mem += c[choices[:, i], 0]
+        tim += c[choices[:, i], 1]
+    for e, (u, v, smap, dmap, tab) in enumerate(cg._norm):
+        cost = tab[smap[choices[:, u]], dmap[choices[:, v]], edge_choices[:, e]]
+        mem += cost[:, 0]
+        tim += cost[:, 1]
+    return mem, tim
+
+
+def brute_force_frontier(cg, max_strategies=MAX_BRUTE_FORCE_STRATEGIES):
+    """The exact cost frontier by enumerating every strategy (test oracle).
+
+    Parameters
+    ----------
+    cg : CostGraph
+    max_strategies : int
+        Refuse (``InvalidInputError``) graphs with more strategies than this.
+
+    Returns
+    -------
+    TrackedFrontier
+        ``method="brute_force"``, exact; ties keep the first strategy in enumeration order.
+
+    Examples
+    --------
+    >>> cg = CostGraph([np.array([[1.0, 2.0], [2.0, 1.0]]), np.array([[0.0, 1.0], [1.0, 0.0]])],
+    ...                [(0, 1, np.zeros((2, 2, 2)))])
+    >>> fr = brute_force_frontier(cg)
+    >>> fr.memory.tolist(), fr.time.tolist()
+    ([1.0, 2.0, 3.0], [3.0, 2.0, 1.0])
+    """
+    import time as _time
+
+    from .track import TrackedFrontier
+
+    if not isinstance(cg, CostGraph):
+        raise InvalidInputError(f"cg must be a CostGraph, got {type(cg).__name__}")
+    total = cg.n_strategies()
+    if total > max_strategies:
+        raise InvalidInputError(
+            f"brute force would enumerate {total} strategies, more than max_strategies={max_strategies}"
+        )
+    t0 = _time.perf_counter()
+    radices = list(cg.n_configs) + [cg.n_options(e) for e in range(cg.n_edges)]
+    idx = np.indices(radices).reshape(len(radices), -1).T if radices else np.zeros((1, 0), dtype=np.int64)
+    choices = idx[:, : cg.n_nodes].astype(np.int64)
+    edge_choices = idx[:, cg.n_nodes:].astype(np.int64)
+    mem, tim = evaluate(cg, choices, edge_choices)
+    ok = np.isfinite(mem) & np.isfinite(tim)
+    sel = np.nonzero(ok)[0]
+    m, t = mem[sel], tim[sel]
+    order = np.lexsort((np.arange(sel.size), t, m))
+    ts = t[order]
+    prev = np.minimum.accumulate(np.concatenate([[np.inf], ts[:-1]]))
+    keep = sel[order[ts < prev]]
+    return TrackedFrontier(
+        memory=mem[keep],
+        time=tim[keep],
+        choices=choices[keep],
+        edge_choices=edge_choices[keep],
+        method="brute_force",
+        exact=True,
+        epsilon=0.0,
+        epsilon_depth=0,
+        n_heuristic=0,
+        n_branch=0,
+        seconds=_time.perf_counter() - t0,
+    )

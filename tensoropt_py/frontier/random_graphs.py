@@ -1,0 +1,235 @@
+"""Random cost graphs for tests and benchmarks.
+
+Costs are in realistic ranges (memory ~1e6..1e9 bytes, time ~1e-4..1e-1 s) and every
+node trades memory for time across its configs, so frontiers are non-trivial. With
+``integer_costs=True`` costs are small integers times ``1e6`` bytes and ``2**-10`` s:
+sums are exact in float64, so equal-cost strategies tie exactly (what brute-force
+comparisons need).
+
+With ``layouts=A`` every node gets an output-layout and an input-layout class per config
+(``A`` classes each, every class used) and edges are :class:`LayoutEdge` tables over
+layout pairs: same layout is cheap, a different one costs a rescheduling.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._random import as_generator
+from ..errors import InvalidInputError
+from .cost_graph import CostGraph, LayoutEdge
+
+__all__ = ["random_chain", "random_layered_dag", "random_small_dag"]
+
+
+def _check_int(name, x, lo):
+    if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x < lo:
+        raise InvalidInputError(f"{name} must be an integer >= {lo}, got {x!r}")
+    return int(x)
+
+
+def _node_costs(rng, k, integer):
+    if integer:
+        x = rng.integers(0, 9, size=k)
+        mem = (x + rng.integers(0, 4, size=k)) * 1e6
+        tim = (8 - x + rng.integers(0, 4, size=k)) * 2.0**-10
+        return np.stack([mem, tim], axis=1).astype(np.float64)
+    M = 10 ** rng.uniform(6, 9)
+    T = 10 ** rng.uniform(-4, -1)
+    x = rng.uniform(0, 1, size=k)
+    mem = M * (0.05 + 0.95 * x) * rng.uniform(0.8, 1.2, size=k)
+    tim = T * (0.05 + 0.95 * (1 - x)) * rng.uniform(0.8, 1.2, size=k)
+    return np.stack([mem, tim], axis=1)
+
+
+def _pair_table(rng, A, B, R, integer, inf_prob=0.0, diagonal_cheap=True):
+    """(A, B, R, 2) costs of rescheduling between layout classes, R tensor-reuse options."""
+    if integer:
+        base_m = rng.integers(0, 4, size=(A, B)).astype(float) * 1e6
+        base_t = rng.integers(0, 6, size=(A, B)).astype(float) * 2.0**-10
+    else:
+        Me = 10 ** rng.uniform(5, 8)
+        Te = 10 ** rng.uniform(-5, -2)
+        base_m = Me * rng.uniform(0.0, 0.3, size=(A, B))
+        base_t = Te * rng.uniform(0.2, 1.0, size=(A, B))
+    if diagonal_cheap:
+        d = np.arange(min(A, B))
+        base_m[d, d] *= 0.1 if not integer else 0
+        base_t[d, d] *= 0.05 if not integer else 0
+    tab = np.empty((A, B, R, 2))
+    tab[:, :, 0, 0] = base_m
+    tab[:, :, 0, 1] = base_t
+    for r in range(1, R):
+        if integer:
+            tab[:, :, r, 0] = base_m + rng.integers(-2, 3, size=(A, B)) * 1e6
+            tab[:, :, r, 1] = base_t + rng.integers(-2, 3, size=(A, B)) * 2.0**-10
+            tab[:, :, r] = np.maximum(tab[:, :, r], 0)
+        else:  # tensor reuse: keep more memory, spend less time (or the reverse)
+            f = rng.uniform(0.3, 3.0, size=(A, B))
+            tab[:, :, r, 0] = base_m * f + (10 ** rng.uniform(5, 7)) * (f > 1)
+            tab[:, :, r, 1] = base_t / f
+    if R > 1 and inf_prob > 0:
+        absent = rng.uniform(size=(A, B, R)) < inf_prob
+        keep = rng.integers(0, R, size=(A, B))
+        absent[np.arange(A)[:, None], np.arange(B)[None, :], keep] = False
+        tab[absent] = np.inf
+    return tab
+
+
+def _layout_classes(rng, k, A):
+    return rng.permutation(np.arange(k) % A)
+
+
+class _Builder:
+    def __init__(self, rng, layouts, options, integer, inf_prob=0.1):
+        self.rng = rng
+        self.layouts = layouts
+        self.options = options
+        self.integer = integer
+        self.inf_prob = inf_prob
+        self.nodes = []
+        self.out_l = []
+        self.in_l = []
+        self.edges = []
+
+    def node(self, k):
+        self.nodes.append(_node_costs(self.rng, k, self.integer))
+        if self.layouts:
+            A = min(self.layouts, k)
+            self.out_l.append(_layout_classes(self.rng, k, A))
+            self.in_l.append(_layout_classes(self.rng, k, A))
+        return len(self.nodes) - 1
+
+    def edge(self, u, v, layout=None, options=None):
+        R = self.options if options is None else options
+        layout = bool(self.layouts) if layout is None else layout
+        Ku, Kv = self.nodes[u].shape[0], self.nodes[v].shape[0]
+        if layout:
+            if self.out_l and len(self.out_l) > max(u, v):
+                src, dst = self.out_l[u], self.in_l[v]
+            else:
+                A = self.rng.integers(1, Ku + 1)
+                B = self.rng.integers(1, Kv + 1)
+                src, dst = _layout_classes(self.rng, Ku, A), _layout_classes(self.rng, Kv, B)
+            A, B = int(src.max()) + 1, int(dst.max()) + 1
+            tab = _pair_table(self.rng, A, B, R, self.integer, self.inf_prob)
+            cost = LayoutEdge(src, dst, tab if R > 1 else tab[:, :, 0])
+        else:
+            tab = _pair_table(self.rng, Ku, Kv, R, self.integer, self.inf_prob, diagonal_cheap=Ku == Kv)
+            cost = tab if R > 1 else tab[:, :, 0]
+        self.edges.append((u, v, cost))
+
+    def build(self):
+        return CostGraph(self.nodes, self.edges)
+
+
+def random_chain(n, k, layouts=None, options=1, seed=None, integer_costs=False):
+    """A linear chain 0 -> 1 -> ... -> n-1 with ``k`` configs per node.
+
+    Parameters
+    ----------
+    n : int >= 1
+    k : int >= 1
+        Configs per node.
+    layouts : int or None
+        None: dense ``(k, k, ...)`` edges; A: :class:`LayoutEdge` over A layout classes.
+    options : int >= 1
+        R options per config pair (some +inf when R > 1).
+    seed : None, int or Generator
+    integer_costs : bool
+        Exact-in-float integer costs (for brute-force comparisons).
+
+    Examples
+    --------
+    >>> cg = random_chain(5, 4, layouts=2, seed=0)
+    >>> str(cg)
+    'CostGraph(nodes=5, edges=4, K<=4)'
+    """
+    n = _check_int("n", n, 1)
+    k = _check_int("k", k, 1)
+    options = _check_int("options", options, 1)
+    if layouts is not None:
+        layouts = _check_int("layouts", layouts, 1)
+    b = _Builder(as_generator(seed), layouts, options, integer_costs)
+    for _ in range(n):
+        b.node(k)
+    for i in range(n - 1):
+        b.edge(i, i + 1)
+    return b.build()
+
+
+def random_layered_dag(n_layers, width, k, layouts=None, options=1, skip_prob=0.2, seed=None, integer_costs=False):
+    """A layered DAG: a source, then ``n_layers - 1`` layers of ``width`` nodes.
+
+    Every node takes an input from a random node of the previous layer, a second one
+    with probability 1/2, and a skip edge from each earlier layer with probability
+    ``skip_prob`` (skip edges and wide layers force branch/heuristic elimination).
+
+    Examples
+    --------
+    >>> cg = random_layered_dag(4, 2, 3, seed=1)
+    >>> cg.n_nodes
+    7
+    """
+    n_layers = _check_int("n_layers", n_layers, 1)
+    width = _check_int("width", width, 1)
+    k = _check_int("k", k, 1)
+    options = _check_int("options", options, 1)
+    if layouts is not None:
+        layouts = _check_int("layouts", layouts, 1)
+    if not 0 <= skip_prob <= 1:
+        raise InvalidInputError(f"skip_prob must be in [0, 1], got {skip_prob!r}")
+    rng = as_generator(seed)
+    b = _Builder(rng, layouts, options, integer_costs)
+    layers = [[b.node(k)]]
+    for _ in range(1, n_layers):
+        layer = []
+        for _ in range(width):
+            v = b.node(k)
+            prev = layers[-1]
+            srcs = {int(rng.choice(prev))}
+            if len(prev) > 1 and rng.uniform() < 0.5:
+                srcs.add(int(rng.choice(prev)))
+            for earlier in layers[:-1]:
+                if rng.uniform() < skip_prob:
+                    srcs.add(int(rng.choice(earlier)))
+            for u in sorted(srcs):
+                b.edge(u, v)
+            layer.append(v)
+        layers.append(layer)
+    return b.build()
+
+
+def random_small_dag(n_nodes=None, max_k=4, edge_prob=0.35, multi_edge_prob=0.15, layout_prob=0.3,
+                     max_options=3, inf_prob=0.25, seed=None, integer_costs=True):
+    """A small random DAG exercising every feature (for brute-force tests).
+
+    Random topological order, possibly several components and isolated nodes, K from 1
+    to ``max_k``, multi-edges, dense or :class:`LayoutEdge` edges with 1 to
+    ``max_options`` options (some +inf, never all of a pair).
+
+    Examples
+    --------
+    >>> cg = random_small_dag(5, seed=3)
+    >>> cg.n_nodes
+    5
+    """
+    rng = as_generator(seed)
+    if n_nodes is None:
+        n_nodes = int(rng.integers(1, 8))
+    n_nodes = _check_int("n_nodes", n_nodes, 1)
+    max_k = _check_int("max_k", max_k, 1)
+    max_options = _check_int("max_options", max_options, 1)
+    b = _Builder(rng, None, 1, integer_costs, inf_prob)
+    for _ in range(n_nodes):
+        b.node(int(rng.integers(1, max_k + 1)))
+    perm = rng.permutation(n_nodes)
+    for a in range(n_nodes):
+        for c in range(a + 1, n_nodes):
+            if rng.uniform() < edge_prob:
+                u, v = int(perm[a]), int(perm[c])
+                reps = 2 if rng.uniform() < multi_edge_prob else 1
+                for _ in range(reps):
+                    b.edge(u, v, layout=bool(rng.uniform() < layout_prob),
+                           options=int(rng.integers(1, max_options + 1)))
+    return b.build()

@@ -1,0 +1,274 @@
+"""Frontier Tracking (TensorOpt Alg. 2): :func:`track` and its result :class:`TrackedFrontier`.
+
+Guarantees
+----------
+* ``exact=True``: no heuristic elimination; the result is exactly the Pareto frontier of
+  all strategies (one point per distinct (memory, time) pair), for both methods.
+* ``exact=False``: heuristic elimination (Eq. 7) is used only where branch elimination
+  would give a node more than ``max_configs`` configs; the result is then a subset of
+  achievable strategies that may miss parts of the true frontier.
+* Every returned point is achievable: ``evaluate(cg, fr.choices, fr.edge_choices)``
+  gives back ``fr.memory`` and ``fr.time`` (up to float rounding of the summation order).
+* ``epsilon > 0`` (epsilon-Pareto thinning). Every reduce that unions several candidate
+  lists (a *thinning step*) keeps, of its exact frontier, a subset such that each dropped
+  point (m, t) has a kept point (m', t') with ``t' < t`` and ``m' <= (1 + epsilon) m``.
+  Because costs are non-negative, products and unions preserve such covers and reduce
+  keeps them, so by induction: **for every point (m, t) of the frontier the same run
+  would compute with epsilon = 0, the result has a point (m', t') with t' <= t and
+  m' <= (1 + epsilon)^L * m**, where ``L = fr.epsilon_depth`` is the largest number of
+  thinning steps along any derivation (reported per run). For FT-LDP on a chain of n
+  nodes, L = n with dense edges and L <= 2n - 1 with layout edges (one thinning to merge
+  the configs of a layout class, one per layout pair, one final union); in general L is
+  at most the number of union-reduces performed. With ``exact=True`` the reference is the
+  exact frontier of all strategies; with heuristic eliminations it is the frontier of the
+  strategies that agree with the heuristic decisions of that run. Returned points stay
+  exactly achievable (thinning only drops points), and the minimum-time point of the
+  reference is always kept. The measured loss is far below the bound (see
+  ``benchmarks/bench_engine.py``).
+"""
+
+from __future__ import annotations
+
+import time as _time
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from ..errors import InvalidInputError
+from ..elimination.kernels import check_epsilon, resolve_threads
+from .cost_graph import CostGraph
+
+__all__ = ["TrackedFrontier", "track", "DEFAULT_MAX_CONFIGS", "METHODS", "HEURISTIC_CHOICES"]
+
+DEFAULT_MAX_CONFIGS = 1024
+METHODS = ("ldp", "elimination")
+HEURISTIC_CHOICES = ("auto", "min_memory", "weighted")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class TrackedFrontier:
+    """The cost frontier of a CostGraph with the strategy of every point.
+
+    Attributes
+    ----------
+    memory, time : ndarray of float64, shape (P,)
+        Memory ascending, time strictly descending.
+    choices : ndarray of int64, shape (P, n_nodes)
+        Config index of every node, per point.
+    edge_choices : ndarray of int64, shape (P, n_edges)
+        Chosen option of every edge (order of ``cg.edges``; 0 where R == 1).
+    method : str
+        ``"ldp"``, ``"elimination"`` or ``"brute_force"``.
+    exact : bool
+    epsilon : float
+    epsilon_depth : int
+        L, the largest number of epsilon-thinning steps along any derivation (0 if epsilon = 0).
+    n_heuristic : int
+        Number of heuristic eliminations (0 means the frontier is exact up to epsilon).
+    n_branch : int
+        Number of branch eliminations.
+    seconds : float
+        Wall-clock time of the run.
+    stats : dict
+        More counters (eliminations of each kind, kernel calls, points produced...).
+    """
+
+    memory: np.ndarray
+    time: np.ndarray
+    choices: np.ndarray
+    edge_choices: np.ndarray
+    method: str
+    exact: bool
+    epsilon: float
+    epsilon_depth: int
+    n_heuristic: int
+    n_branch: int
+    seconds: float
+    stats: dict = None
+
+    def __len__(self):
+        return int(self.memory.shape[0])
+
+    @property
+    def memory_bound_factor(self):
+        """``(1 + epsilon) ** epsilon_depth``: the proven bound on the memory loss."""
+        return float((1.0 + self.epsilon) ** self.epsilon_depth)
+
+    def points(self):
+        """``(P, 2)`` array of (memory, time)."""
+        return np.stack([self.memory, self.time], axis=1)
+
+    def __str__(self):
+        return (
+            f"TrackedFrontier(points={len(self)}, method={self.method!r}, exact={self.exact}, "
+            f"epsilon={self.epsilon:g}, heuristic={self.n_heuristic}, seconds={self.seconds:.3g})"
+        )
+
+    __repr__ = __str__
+
+
+def _validate(cg, method, exact, epsilon, threads, max_configs, heuristic):
+    if not isinstance(cg, CostGraph):
+        raise InvalidInputError(f"cg must be a CostGraph, got {type(cg).__name__}")
+    if method not in METHODS:
+        raise InvalidInputError(f"method must be one of {METHODS}, got {method!r}")
+    if not isinstance(exact, (bool, np.bool_)):
+        raise InvalidInputError(f"exact must be a bool, got {exact!r}")
+    eps = check_epsilon(epsilon)
+    threads = resolve_threads(threads)
+    if isinstance(max_configs, bool) or not isinstance(max_configs, (int, np.integer)) or max_configs < 1:
+        raise InvalidInputError(f"max_configs must be an integer >= 1, got {max_configs!r}")
+    if heuristic not in HEURISTIC_CHOICES:
+        raise InvalidInputError(f"heuristic must be one of {HEURISTIC_CHOICES}, got {heuristic!r}")
+    return eps, threads
+
+
+def build_working_graph(cg, epsilon=0.0, threads=1):
+    """The working graph of ``cg`` (leaf tables for every node and edge; parallel edges
+    already merged by edge elimination). Internal; used by :func:`track` and the tests."""
+    from ..elimination.table import Context
+    from ..elimination.working_graph import WEdge, WGraph
+
+    ctx = Context(epsilon, threads)
+    g = WGraph(ctx)
+    for i, c in enumerate(cg.node_costs):
+        K = c.shape[0]
+        g.add_node(i, K, [(ctx.node_leaf(i, c), np.arange(K))])
+    for e, (u, v, smap, dmap, tab) in enumerate(cg._norm):
+        leaf = ctx.edge_leaf(e, tab)
+        g.add_edge(WEdge(u, v, smap, dmap, leaf, tab.shape[1]))
+    return g
+
+
+def finish(g, n_nodes, n_edges):
+    """Product of the detached frontiers of ``g`` (all nodes gone) and unroll.
+
+    Returns ``(final_table, choices, edge_choices)``."""
+    from .unroll import unroll
+
+    assert not g.nodes, "internal error: nodes left after tracking"
+    final = g.detached[0]
+    for other in g.detached[1:]:
+        final = g.ctx.combine([final, other], np.array([0, 1]), np.array([[0, 0]]))
+    choices, edge_choices = unroll(g.ctx, final, n_nodes, n_edges)
+    if choices.size and choices.min() < 0:  # pragma: no cover - would be an engine bug
+        raise RuntimeError("internal error: unroll did not reach every node")
+    return final, choices, edge_choices
+
+
+def _run(cg, method, exact, eps, threads, max_configs, heuristic):
+    from ..elimination.driver import simplify
+    from .ldp import ldp
+
+    g = build_working_graph(cg, eps, threads)
+    ctx = g.ctx
+    chains = simplify(g, method, exact, max_configs, heuristic, cg.topological_order)
+    n_ldp = 0
+    for chain in chains:
+        ldp(g, chain)
+        n_ldp += len(chain) - 1
+    # product of the finished components (and of heuristic leftovers), then unroll
+    final, choices, edge_choices = finish(g, cg.n_nodes, cg.n_edges)
+    stats = dict(g.stats)
+    stats.update(ctx.stats)
+    stats["ldp_steps"] = n_ldp
+    stats["chains"] = len(chains)
+    stats["stored_points"] = int(sum(t.n_points for t in ctx.tables))
+    return final.mem.copy(), final.time.copy(), choices, edge_choices, final.depth, stats
+
+
+def track(
+    cg: CostGraph,
+    method: Literal["ldp", "elimination"] = "ldp",
+    exact: bool = False,
+    epsilon: float = 0.0,
+    threads: int | None = None,
+    max_configs: int = DEFAULT_MAX_CONFIGS,
+    heuristic: Literal["auto", "min_memory", "weighted"] = "auto",
+) -> TrackedFrontier:
+    """Track the cost frontier of a CostGraph (TensorOpt Alg. 2, FT).
+
+    Parameters
+    ----------
+    cg : CostGraph
+    method : {"ldp", "elimination"}
+        ``"ldp"``: FT-LDP, eliminate down to linear chains (Alg. 2 marking) and run LDP
+        (Alg. 3). ``"elimination"``: FT-Elimination, eliminate everything (down to two
+        nodes, then enumerate).
+    exact : bool
+        True: never use heuristic elimination (branch elimination instead, however large);
+        the result is exactly the Pareto frontier (up to ``epsilon``).
+    epsilon : float >= 0
+        Epsilon-Pareto thinning of intermediate frontiers (0 = off); see the module
+        docstring for the proven bound ``(1 + epsilon) ** L`` on the memory loss.
+    threads : int or None
+        Worker threads for the per-config work (None = all cores). The result does not
+        depend on it.
+    max_configs : int
+        With ``exact=False``, the largest config count a branch elimination may create
+        before heuristic elimination is used instead.
+    heuristic : {"auto", "min_memory", "weighted"}
+        Config choice of heuristic elimination; ``"auto"`` runs both when any heuristic
+        elimination was needed and keeps the reduced union of the two frontiers.
+
+    Returns
+    -------
+    TrackedFrontier
+
+    Notes
+    -----
+    Epsilon guarantee: for every point (m, t) of the exact frontier (``exact=True``) the
+    result has a point (m', t') with ``t' <= t`` and
+    ``m' <= (1 + epsilon) ** fr.epsilon_depth * m`` (``fr.memory_bound_factor``); see the
+    module docstring for the proof sketch and the value of L.
+
+    Raises
+    ------
+    InvalidInputError
+        For a bad method, epsilon, threads, max_configs or heuristic.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> nodes = [np.array([[1.0, 4.0], [4.0, 1.0]])] * 3
+    >>> edges = [(0, 1, np.zeros((2, 2, 2))), (1, 2, np.zeros((2, 2, 2)))]
+    >>> fr = track(CostGraph(nodes, edges), exact=True)
+    >>> fr.memory.tolist(), fr.time.tolist()
+    ([3.0, 6.0, 9.0, 12.0], [12.0, 9.0, 6.0, 3.0])
+    >>> fr.choices.sum(axis=1).tolist()  # how many nodes use their fast config
+    [0, 1, 2, 3]
+    """
+    eps, threads = _validate(cg, method, exact, epsilon, threads, max_configs, heuristic)
+    t0 = _time.perf_counter()
+    first = "min_memory" if heuristic in ("auto", "min_memory") else "weighted"
+    mem, tim, ch, ech, depth, stats = _run(cg, method, bool(exact), eps, threads, int(max_configs), first)
+    n_heur = stats["heuristic"]
+    if heuristic == "auto" and n_heur > 0:
+        mem2, tim2, ch2, ech2, depth2, stats2 = _run(cg, method, bool(exact), eps, threads, int(max_configs), "weighted")
+        mem_all = np.concatenate([mem, mem2])
+        tim_all = np.concatenate([tim, tim2])
+        order = np.lexsort((np.arange(mem_all.size), tim_all, mem_all))
+        ts = tim_all[order]
+        prev = np.minimum.accumulate(np.concatenate([[np.inf], ts[:-1]]))
+        keep = order[ts < prev]
+        mem, tim = mem_all[keep], tim_all[keep]
+        ch = np.concatenate([ch, ch2])[keep]
+        ech = np.concatenate([ech, ech2])[keep]
+        depth = max(depth, depth2)
+        stats["heuristic_runs"] = 2
+        stats["points_from_weighted"] = int((keep >= mem_all.size - mem2.size).sum())
+    return TrackedFrontier(
+        memory=mem,
+        time=tim,
+        choices=ch,
+        edge_choices=ech,
+        method=method,
+        exact=bool(exact),
+        epsilon=eps,
+        epsilon_depth=int(depth),
+        n_heuristic=int(n_heur),
+        n_branch=int(stats["branch"]),
+        seconds=_time.perf_counter() - t0,
+        stats=stats,
+    )

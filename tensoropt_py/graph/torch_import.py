@@ -1,0 +1,598 @@
+"""Import a PyTorch module into the IR through ``torch.export``.
+
+:func:`from_torch` exports the module (training IR, no decomposition), then maps every aten
+call to an IR operator (:mod:`~tensoropt_py.graph.ops`). Parameters (from
+``ep.graph_signature``, tied weights counted once under their first name in
+``module.named_parameters()``) become PARAMETER tensors named by their fully-qualified names;
+buffers and lifted constants become CONSTANT tensors; the user inputs are produced by one
+INPUT operator (tensor inputs only; a tensor input whose first axis is the first input's
+batch size has its batch on axis 0).
+
+Shape-only ops are folded when they change nothing (``contiguous``, ``clone``, ``alias``,
+same-shape ``view``/``expand``, same-dtype ``to``, eval-mode ``dropout``), otherwise they
+become RESHAPE / TRANSPOSE / UNARY(expand) operators with merged loop dimensions.
+
+Tensors computed from constants only (position ids, causal masks built with ``arange``) are
+*static*: an op without a rule on static tensors becomes an OPAQUE operator silently; an op
+without a rule on data becomes a replicated OPAQUE operator with a ``warnings.warn`` naming
+it, and one that reads a parameter raises :class:`~tensoropt_py.errors.UnsupportedOperatorError`.
+OPAQUE operators keep the aten target and arguments in ``attrs`` so
+:func:`~tensoropt_py.graph.torch_ops.run_graph` can execute them.
+
+Examples
+--------
+>>> import torch
+>>> from tensoropt_py.graph.torch_import import from_torch
+>>> m = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU())
+>>> g = from_torch(m, (torch.randn(2, 8),))
+>>> [op.kind.value for op in g], g.num_parameters
+(['input', 'linear', 'unary'], 36)
+"""
+
+from __future__ import annotations
+
+import operator
+import warnings
+from collections.abc import Mapping
+
+import torch
+
+from ..errors import InvalidInputError, UnsupportedOperatorError
+from .builder import GraphBuilder
+from .ir import Graph, TensorRole
+
+__all__ = ["from_torch", "from_torch_with_state"]
+
+_DTYPE_NAMES = {
+    torch.float64: "float64",
+    torch.float32: "float32",
+    torch.float16: "float16",
+    torch.bfloat16: "bfloat16",
+    torch.int64: "int64",
+    torch.int32: "int32",
+    torch.int8: "int8",
+    torch.uint8: "uint8",
+    torch.bool: "bool",
+}
+
+aten = torch.ops.aten
+
+_FOLD = {"contiguous", "clone", "alias", "detach", "lift_fresh_copy", "lift_fresh", "dropout_"}
+_SKIP = {"_assert_tensor_metadata", "_assert_scalar", "sym_constrain_range_for_size", "_assert_async",
+         "sym_constrain_range", "_check_is_size"}
+_CREATION = {"arange", "full", "ones", "zeros", "empty", "scalar_tensor", "new_ones", "new_zeros", "new_full",
+             "new_empty", "zeros_like", "ones_like", "full_like", "empty_like", "rand", "randn", "eye", "tensor",
+             "linspace", "empty_strided"}
+_UNARY = {"relu": "relu", "tanh": "tanh", "sigmoid": "sigmoid", "silu": "silu", "neg": "neg", "exp": "exp",
+          "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "abs": "abs", "sin": "sin", "cos": "cos", "erf": "erf",
+          "reciprocal": "reciprocal", "relu_": "relu", "silu_": "silu"}
+_BINARY = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "maximum": "maximum", "minimum": "minimum"}
+
+
+def _dtype_name(dt) -> str:
+    try:
+        return _DTYPE_NAMES[dt]
+    except KeyError:
+        raise InvalidInputError(f"dtype {dt} is not supported by the IR; allowed: {sorted(_DTYPE_NAMES.values())}") from None
+
+
+def _opname(target) -> str:
+    """``aten.add.Tensor`` -> ``add``."""
+    name = getattr(target, "__name__", str(target))
+    packet = getattr(target, "_overloadpacket", None)
+    if packet is not None:
+        name = packet.__name__
+    return name.split(".")[0]
+
+
+class _Importer:
+    def __init__(self, module, ep, name):
+        self.module = module
+        self.ep = ep
+        self.gb = GraphBuilder(name)
+        self.env: dict[str, object] = {}  # fx node name -> IR tensor name / tuple / python value
+        self.static: set[str] = set()  # IR tensors computed from constants only
+        self.values: dict[str, torch.Tensor] = {}
+
+    # --- helpers -------------------------------------------------------------------------------
+    def val(self, node):
+        return node.meta.get("val")
+
+    def t(self, arg):
+        """IR tensor name of an fx argument."""
+        v = self.env[arg.name]
+        if not isinstance(v, str):
+            raise InvalidInputError(f"node {arg.name!r} is not a tensor")
+        return v
+
+    def is_tensor(self, arg):
+        return isinstance(arg, torch.fx.Node) and isinstance(self.env.get(arg.name), str)
+
+    def is_param(self, name):
+        return self.gb.role(name) is TensorRole.PARAMETER
+
+    def is_static_t(self, name):
+        return name in self.static or self.gb.role(name) is TensorRole.CONSTANT
+
+    def tensor_args(self, node):
+        out = []
+
+        def visit(a):
+            if isinstance(a, torch.fx.Node):
+                v = self.env.get(a.name)
+                if isinstance(v, str) and v not in out:
+                    out.append(v)
+                elif isinstance(v, tuple):
+                    for x in v:
+                        if isinstance(x, str) and x not in out:
+                            out.append(x)
+            elif isinstance(a, (list, tuple)):
+                for x in a:
+                    visit(x)
+            elif isinstance(a, dict):
+                for x in a.values():
+                    visit(x)
+
+        visit(node.args)
+        visit(node.kwargs)
+        return out
+
+    def encode(self, a):
+        if isinstance(a, torch.fx.Node):
+            v = self.env[a.name]
+            return ("__tensor__", v) if isinstance(v, str) else v
+        if isinstance(a, list):
+            return ("__list__", tuple(self.encode(x) for x in a))
+        if isinstance(a, tuple):
+            return tuple(self.encode(x) for x in a)
+        return a
+
+    # --- main ----------------------------------------------------------------------------------
+    def run(self, example_batch_size=None):
+        ep, gb = self.ep, self.gb
+        sig = ep.graph_signature
+        canonical = {}
+        seen = {}
+        for fqn, p in self.module.named_parameters(remove_duplicate=False):
+            canonical[fqn] = seen.setdefault(id(p), fqn)
+        state = ep.state_dict
+        user = []
+        for spec in sig.input_specs:
+            ph = spec.arg.name
+            kind = spec.kind.name
+            if kind == "PARAMETER":
+                fqn = canonical.get(spec.target, spec.target)
+                if fqn not in gb.tensors:
+                    v = state[spec.target]
+                    gb.parameter(fqn, tuple(v.shape), _dtype_name(v.dtype), exact=True)
+                    self.values[fqn] = v
+                self.env[ph] = fqn
+            elif kind in ("BUFFER", "CONSTANT_TENSOR"):
+                v = state[spec.target] if kind == "BUFFER" and spec.target in state else ep.constants[spec.target]
+                if spec.target not in gb.tensors:
+                    gb.constant(spec.target, tuple(v.shape), _dtype_name(v.dtype), exact=True)
+                    self.values[spec.target] = v
+                self.env[ph] = spec.target
+            elif kind == "USER_INPUT":
+                user.append(ph)
+            else:
+                raise UnsupportedOperatorError(f"unsupported export input kind {kind} for {ph!r}")
+        nodes = {n.name: n for n in ep.graph.nodes}
+        specs, axes = [], []
+        batch = None
+        for ph in user:
+            v = self.val(nodes[ph])
+            if not isinstance(v, torch.Tensor):
+                self.env[ph] = v  # non-tensor user input (a flag): a python constant
+                continue
+            shape = tuple(int(s) for s in v.shape)
+            if batch is None and shape:
+                batch = shape[0]
+            specs.append((ph, shape, _dtype_name(v.dtype)))
+            axes.append(0 if shape and shape[0] == batch else None)
+            self.env[ph] = ph
+        if specs:
+            gb.input(specs, batch_axes=axes)
+        self.walk(ep.graph, ep.graph_module)
+        outs = []
+        for spec in sig.output_specs:
+            if spec.kind.name != "USER_OUTPUT":
+                continue
+            name = getattr(spec.arg, "name", None)
+            v = self.env.get(name) if name else None
+            if isinstance(v, str) and v not in outs and gb.producer_known(v):
+                outs.append(v)
+        return gb.build(outputs=outs), self.values
+
+    def walk(self, graph, gm):
+        for node in graph.nodes:
+            if node.op in ("placeholder", "output", "get_attr"):
+                if node.op == "get_attr":
+                    self.env[node.name] = getattr(gm, node.target)
+                continue
+            self.convert(node, gm)
+
+    def inline(self, node, gm, sub, operands):
+        for ph, a in zip([n for n in sub.graph.nodes if n.op == "placeholder"], operands):
+            self.env[ph.name] = self.env[a.name] if isinstance(a, torch.fx.Node) else a
+        for n in sub.graph.nodes:
+            if n.op == "output":
+                res = n.args[0]
+                self.env[node.name] = tuple(self.env[r.name] if isinstance(r, torch.fx.Node) else r for r in res)
+            elif n.op == "get_attr":
+                self.env[n.name] = getattr(sub, n.target)
+            elif n.op == "call_function":
+                self.convert(n, sub)
+
+    # --- conversion of one node ----------------------------------------------------------------
+    def convert(self, node, gm):
+        gb = self.gb
+        target = node.target
+        if target is operator.getitem:
+            src = self.env[node.args[0].name]
+            self.env[node.name] = src[node.args[1]]
+            return
+        if isinstance(target, torch._ops.HigherOrderOperator):
+            hop = getattr(target, "name", lambda: str(target))()
+            if "wrap_with_set_grad_enabled" in hop or "wrap_with_autocast" in hop:
+                k = 1 if "set_grad" in hop else 4
+                sub = getattr(gm, node.args[k].target)
+                self.inline(node, gm, sub, node.args[k + 1 :])
+                return
+            raise UnsupportedOperatorError(f"higher-order operator {hop!r} is not supported")
+        op = _opname(target)
+        if op in _SKIP:
+            self.env[node.name] = None
+            return
+        val = self.val(node)
+        tins = self.tensor_args(node)
+        static = all(self.is_static_t(t) for t in tins)
+        before = len(gb.operators)
+        try:
+            res = self.rule(op, node, val)
+        except UnsupportedOperatorError:
+            raise
+        except (InvalidInputError, KeyError, TypeError, ValueError, IndexError, AttributeError):
+            res = None
+        if res is None:
+            res = self.opaque(op, node, val, tins, static)
+        self.env[node.name] = res
+        if static:
+            for o in gb.operators[before:]:
+                for u in o.outputs:
+                    self.static.add(u.tensor)
+
+    def opaque(self, op, node, val, tins, static):
+        params = [t for t in tins if self.is_param(t)]
+        if params:
+            raise UnsupportedOperatorError(
+                f"aten operator {node.target} (node {node.name!r}) has no IR rule and reads parameters {params}"
+            )
+        if not static:
+            warnings.warn(
+                f"aten operator {node.target} (node {node.name!r}) has no IR rule: imported as a replicated OPAQUE operator",
+                stacklevel=4,
+            )
+        vals = val if isinstance(val, (tuple, list)) else (val,)
+        outs = []
+        for i, v in enumerate(vals):
+            if not isinstance(v, torch.Tensor):
+                raise UnsupportedOperatorError(f"aten operator {node.target} (node {node.name!r}) returns a non-tensor")
+            outs.append((f"out{i}", tuple(int(s) for s in v.shape), _dtype_name(v.dtype)))
+        args = tuple(self.encode(a) for a in node.args)
+        kwargs = tuple((k, self.encode(v)) for k, v in node.kwargs.items())
+        numel = sum(int(v.numel()) for v in vals)
+        names = self.gb.opaque(tins, outs, flops=float(numel), backward_flops=float(numel),
+                               attrs=(("target", str(node.target)), ("args", args), ("kwargs", kwargs), ("static", static)),
+                               name=node.name)
+        return names if isinstance(val, (tuple, list)) else names[0]
+
+    def shape_of(self, val):
+        return tuple(int(s) for s in val.shape)
+
+    def rule(self, op, node, val):  # noqa: C901 (a dispatch table)
+        gb = self.gb
+        A = node.args
+        K = node.kwargs
+        T = self.t
+        nm = node.name
+
+        def arg(i, key, default=None):
+            if len(A) > i:
+                return A[i]
+            return K.get(key, default)
+
+        if op in _FOLD:
+            return T(A[0])
+        if op in _CREATION:
+            return None  # OPAQUE (static: no warning)
+        if op == "dropout":
+            p, train = arg(1, "p", 0.5), arg(2, "train", True)
+            return gb.dropout(T(A[0]), p, name=nm) if train and p > 0 else T(A[0])
+        if op in ("to", "_to_copy", "type_as"):
+            x = T(A[0])
+            dt = _dtype_name(val.dtype)
+            return x if dt == gb.dtype_of(x) else gb.unary(x, "cast", dtype=dt, name=nm)
+        if op in ("view", "reshape", "_unsafe_view", "flatten", "unflatten", "unsqueeze", "squeeze", "view_as"):
+            return gb.reshape(T(A[0]), self.shape_of(val), name=nm)
+        if op == "expand":
+            return gb.expand(T(A[0]), self.shape_of(val), name=nm)
+        if op in ("permute", "transpose", "t", "numpy_T", "swapaxes"):
+            x = T(A[0])
+            n = len(gb.shape(x))
+            if op == "permute":
+                perm = list(A[1])
+            elif op in ("transpose", "swapaxes"):
+                perm = list(range(n))
+                d0, d1 = A[1] % n, A[2] % n
+                perm[d0], perm[d1] = perm[d1], perm[d0]
+            else:
+                perm = list(range(n))[::-1]
+            return gb.transpose(x, perm, name=nm)
+        if op == "linear":
+            x, w = T(A[0]), T(A[1])
+            b = T(A[2]) if len(A) > 2 and A[2] is not None else None
+            if not self.is_param(w) or (b is not None and not self.is_param(b)):
+                y = gb.matmul(x, gb.transpose(w, (1, 0), name=f"{nm}_wt"), name=nm)
+                return gb.add(y, b, name=f"{nm}_bias") if b is not None else y
+            return gb.linear(x, weight=w, bias=b or False, name=nm)
+        if op == "addmm":
+            b, x, w = T(A[0]), T(A[1]), T(A[2])
+            if arg(3, "beta", 1) != 1 or arg(4, "alpha", 1) != 1:
+                return None
+            if self.is_param(w) and self.is_param(b) and gb.shape(b) == (gb.shape(w)[1],):
+                return gb.linear(x, weight=w, bias=b, weight_layout="io", name=nm)
+            return gb.add(gb.matmul(x, w, name=f"{nm}_mm"), b, name=nm)
+        if op in ("mm", "matmul"):
+            return gb.matmul(T(A[0]), T(A[1]), name=nm)
+        if op == "bmm":
+            return gb.bmm(T(A[0]), T(A[1]), name=nm)
+        if op in ("conv2d", "convolution"):
+            x, w = T(A[0]), T(A[1])
+            b = T(A[2]) if len(A) > 2 and A[2] is not None else None
+            if op == "convolution":
+                stride, padding, dilation, transposed, _, groups = A[3:9]
+                if transposed:
+                    return None
+            else:
+                stride, padding, dilation, groups = arg(3, "stride", 1), arg(4, "padding", 0), arg(5, "dilation", 1), arg(6, "groups", 1)
+            if len(gb.shape(x)) != 4 or not self.is_param(w) or (b is not None and not self.is_param(b)):
+                return None
+            if isinstance(padding, (list, tuple)) and len(padding) == 1:
+                padding = padding[0]
+            return gb.conv2d(x, gb.shape(w)[0], tuple(gb.shape(w)[2:]), stride=tuple(stride) if isinstance(stride, (list, tuple)) else stride,
+                             padding=tuple(padding) if isinstance(padding, (list, tuple)) else padding,
+                             dilation=tuple(dilation) if isinstance(dilation, (list, tuple)) else dilation,
+                             groups=groups, bias=b is not None, weight=w, bias_param=b, name=nm)
+        if op in ("max_pool2d", "max_pool2d_with_indices"):
+            x = T(A[0])
+            k = A[1]
+            s = arg(2, "stride", None) or k
+            p, d, ceil = arg(3, "padding", 0), arg(4, "dilation", 1), arg(5, "ceil_mode", False)
+            if d not in (1, [1, 1], (1, 1)):
+                return None
+            y = gb.max_pool2d(x, tuple(k) if isinstance(k, (list, tuple)) else k, tuple(s) if isinstance(s, (list, tuple)) else s,
+                              tuple(p) if isinstance(p, (list, tuple)) else p, ceil_mode=ceil, name=nm)
+            if op == "max_pool2d_with_indices":
+                return (y, gb.operators[-1].outputs[1].tensor)
+            return y
+        if op == "avg_pool2d":
+            x = T(A[0])
+            k = A[1]
+            s = arg(2, "stride", None) or k
+            p, ceil, cip = arg(3, "padding", 0), arg(4, "ceil_mode", False), arg(5, "count_include_pad", True)
+            if arg(6, "divisor_override", None) is not None:
+                return None
+            return gb.avg_pool2d(x, tuple(k) if isinstance(k, (list, tuple)) else k, tuple(s) if isinstance(s, (list, tuple)) else s,
+                                 tuple(p) if isinstance(p, (list, tuple)) else p, ceil_mode=ceil, count_include_pad=cip, name=nm)
+        if op in ("adaptive_avg_pool2d", "_adaptive_avg_pool2d"):
+            return gb.avg_pool2d(T(A[0]), output_size=tuple(self.shape_of(val)[2:]), name=nm)
+        if op in _UNARY:
+            return gb.unary(T(A[0]), _UNARY[op], name=nm)
+        if op == "gelu":
+            approx = arg(1, "approximate", "none")
+            return gb.unary(T(A[0]), "gelu", approximate=approx, name=nm)
+        if op == "pow" and not self.is_tensor(A[1]) and self.is_tensor(A[0]):
+            e = A[1]
+            return gb.unary(T(A[0]), "pow", exponent=e, name=nm)
+        if op in _BINARY:
+            a, b = A[0], A[1]
+            if "alpha" in K and K["alpha"] != 1:
+                return None
+            if len(A) > 2 or K.get("rounding_mode") is not None:
+                return None
+            if self.is_tensor(a) and self.is_tensor(b):
+                x, y = T(a), T(b)
+                if gb.dtype_of(x) != gb.dtype_of(y) or _dtype_name(val.dtype) != gb.dtype_of(x):
+                    return None
+                return gb.binary(x, y, _BINARY[op], name=nm)
+            if self.is_tensor(a) and isinstance(b, (int, float)) and not isinstance(b, bool):
+                x = T(a)
+                if _dtype_name(val.dtype) != gb.dtype_of(x):
+                    return None
+                if op == "add":
+                    return gb.unary(x, "add_scalar", scalar=b, name=nm)
+                if op == "sub":
+                    return gb.unary(x, "add_scalar", scalar=-b, name=nm)
+                if op == "mul":
+                    return gb.unary(x, "mul_scalar", scalar=b, name=nm)
+                if op == "div":
+                    return gb.unary(x, "mul_scalar", scalar=1.0 / b, name=nm)
+            return None
+        if op == "rsub" and self.is_tensor(A[0]) and isinstance(A[1], (int, float)) and K.get("alpha", 1) == 1:
+            return gb.unary(T(A[0]), "rsub_scalar", scalar=A[1], name=nm)
+        if op in ("layer_norm", "native_layer_norm"):
+            x = T(A[0])
+            shape = tuple(A[1])
+            w = T(A[2]) if len(A) > 2 and A[2] is not None else None
+            b = T(A[3]) if len(A) > 3 and A[3] is not None else None
+            eps = arg(4, "eps", 1e-5)
+            if (w is not None and not self.is_param(w)) or (b is not None and not self.is_param(b)):
+                return None
+            if w is None and b is not None:
+                return None
+            y = gb.layer_norm(x, len(shape), eps=eps, affine=w is not None, bias=b is not None, weight=w,
+                              bias_param=b, name=nm)
+            if op == "native_layer_norm":
+                o = gb.operators[-1]
+                return (y, o.outputs[1].tensor, o.outputs[2].tensor)
+            return y
+        if op == "rms_norm":
+            x = T(A[0])
+            shape = tuple(A[1])
+            w = T(A[2]) if len(A) > 2 and A[2] is not None else None
+            eps = arg(3, "eps", None)
+            if eps is None:
+                return None
+            return gb.layer_norm(x, len(shape), eps=eps, affine=w is not None, weight=w, rms=True, name=nm)
+        if op in ("batch_norm", "_native_batch_norm_legit_no_training", "_native_batch_norm_legit",
+                  "native_batch_norm", "_native_batch_norm_legit_functional"):
+            x = T(A[0])
+            w = T(A[1]) if A[1] is not None else None
+            b = T(A[2]) if A[2] is not None else None
+            rm = T(A[3]) if A[3] is not None else None
+            rv = T(A[4]) if A[4] is not None else None
+            if op == "_native_batch_norm_legit_no_training":
+                momentum, eps = A[5], A[6]
+            else:
+                momentum, eps = A[6], A[7]
+            if (w is None) != (b is None) or (rm is None) != (rv is None):
+                return None
+            y = gb.batch_norm(x, eps=eps, momentum=momentum, affine=w is not None, track_running_stats=rm is not None,
+                              weight=w, bias_param=b, running_mean=rm, running_var=rv, name=nm)
+            if op == "batch_norm":
+                return y
+            o = gb.operators[-1]
+            return (y, o.outputs[1].tensor, o.outputs[2].tensor)
+        if op in ("softmax", "_softmax", "log_softmax", "_log_softmax"):
+            x = T(A[0])
+            if _dtype_name(val.dtype) != gb.dtype_of(x):
+                return None
+            return gb.softmax(x, A[1], log="log" in op, name=nm)
+        if op == "embedding":
+            w, ids = T(A[0]), T(A[1])
+            pad = arg(2, "padding_idx", -1)
+            return gb.embedding(ids, weight=w, padding_idx=None if pad == -1 else pad, name=nm)
+        if op == "scaled_dot_product_attention":
+            q, k, v = T(A[0]), T(A[1]), T(A[2])
+            mask = arg(3, "attn_mask", None)
+            dp, causal = arg(4, "dropout_p", 0.0), arg(5, "is_causal", False)
+            scale = K.get("scale", A[6] if len(A) > 6 else None)
+            if K.get("enable_gqa", False) and gb.shape(q)[:-2] != gb.shape(k)[:-2]:
+                return None
+            return gb.attention(q, k, v, mask=T(mask) if mask is not None else None, causal=causal, scale=scale,
+                                dropout_p=dp, name=nm)
+        if op == "cross_entropy_loss" or op in ("nll_loss", "nll_loss_forward", "nll_loss_nd"):
+            logits, labels = T(A[0]), T(A[1])
+            weight = arg(2, "weight", None)
+            reduction = arg(3, "reduction", 1)
+            ignore = arg(4, "ignore_index", -100)
+            smoothing = arg(5, "label_smoothing", 0.0) if op == "cross_entropy_loss" else 0.0
+            if weight is not None or reduction not in (1, 2):
+                return None
+            ls, ys = gb.shape(logits), gb.shape(labels)
+            if len(ls) > 2 and ls[:1] + ls[2:] == ys and len(ls) != len(ys) + 1:
+                return None  # [N, C, d...] layout
+            if len(ls) == len(ys) + 1 and ls[:-1] == ys:
+                out = gb.loss(logits, labels, fn="cross_entropy" if op == "cross_entropy_loss" else "nll",
+                              reduction="mean" if reduction == 1 else "sum", ignore_index=ignore,
+                              label_smoothing=smoothing, name=nm)
+                return out if op != "nll_loss_forward" else (out, out)
+            return None
+        if op == "cat":
+            xs = [T(a) for a in A[0]]
+            return gb.concat(xs, arg(1, "dim", 0), name=nm)
+        if op in ("split", "split_with_sizes", "chunk", "unbind"):
+            x = T(A[0])
+            vals = val
+            dim = arg(2, "dim", 0) if op != "unbind" else arg(1, "dim", 0)
+            dim = dim % len(gb.shape(x))
+            sizes = [int(v.shape[dim]) for v in vals]
+            pieces = gb.split(x, sizes, dim, name=nm)
+            if op == "unbind":
+                pieces = tuple(gb.reshape(p, self.shape_of(v), name=f"{nm}_squeeze") for p, v in zip(pieces, vals))
+            return pieces
+        if op in ("slice", "narrow", "select"):
+            x = T(A[0])
+            shape = gb.shape(x)
+            dim = A[1] % len(shape)
+            n = shape[dim]
+            if op == "slice":
+                start, end, step = (A[2] if len(A) > 2 else 0), (A[3] if len(A) > 3 else None), (A[4] if len(A) > 4 else 1)
+                if step != 1:
+                    return None
+                start = 0 if start is None else (start + n if start < 0 else min(start, n))
+                end = n if end is None else (end + n if end < 0 else min(end, n))
+            elif op == "narrow":
+                start, end = A[2] % n, A[2] % n + A[3]
+            else:
+                start = A[2] % n
+                end = start + 1
+            if start == 0 and end == n:
+                piece = x
+            else:
+                sizes = [s for s in (start, end - start, n - end) if s > 0]
+                pieces = gb.split(x, sizes, dim, name=nm)
+                piece = pieces[1 if start > 0 else 0]
+            if op == "select":
+                piece = gb.reshape(piece, self.shape_of(val), name=f"{nm}_squeeze")
+            return piece
+        if op in ("mean", "sum", "amax", "amin") and len(A) >= 2 and A[1] is not None:
+            x = T(A[0])
+            dims = A[1] if isinstance(A[1], (list, tuple)) else [A[1]]
+            keep = arg(2, "keepdim", False)
+            if K.get("dtype") is not None:
+                return None
+            return gb.reduce(x, list(dims), op, keepdim=keep, name=nm)
+        return None
+
+
+def from_torch_with_state(
+    module: torch.nn.Module,
+    example_inputs=(),
+    *,
+    name: str | None = None,
+    kwargs: Mapping | None = None,
+    strict: bool = False,
+) -> tuple[Graph, dict[str, torch.Tensor]]:
+    """Like :func:`from_torch`, also returning the values of the graph's parameters and
+    constants (by IR tensor name), ready for :func:`~tensoropt_py.graph.torch_ops.run_graph`."""
+    if not isinstance(module, torch.nn.Module):
+        raise InvalidInputError(f"from_torch needs a torch.nn.Module, got {type(module).__name__}")
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    elif isinstance(example_inputs, Mapping):
+        kwargs = {**dict(example_inputs), **dict(kwargs or {})}
+        example_inputs = ()
+    ep = torch.export.export(module, tuple(example_inputs), kwargs=dict(kwargs) if kwargs else None, strict=strict)
+    imp = _Importer(module, ep, name or type(module).__name__)
+    graph, values = imp.run()
+    return graph, values
+
+
+def from_torch(module: torch.nn.Module, example_inputs=(), *, name: str | None = None, **kwargs) -> Graph:
+    """Import ``module`` (called on ``example_inputs``) into a :class:`~tensoropt_py.graph.ir.Graph`.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        Put it in ``eval()`` mode to drop dropout; in ``train()`` mode dropout becomes UNARY
+        dropout operators.
+    example_inputs : Tensor, tuple of Tensors or dict
+        Positional example inputs (a dict: keyword inputs). Shapes are static.
+    name : str, optional
+        Graph name (default: the module's class name).
+    kwargs : dict, optional
+        Keyword example inputs (e.g. ``{"input_ids": ids, "labels": labels}``).
+
+    Returns
+    -------
+    Graph
+        Its ``outputs`` are the module's tensor outputs in order.
+
+    Raises
+    ------
+    UnsupportedOperatorError
+        An aten operator without an IR rule reads parameters.
+    """
+    return from_torch_with_state(module, example_inputs, name=name, **kwargs)[0]

@@ -1,0 +1,237 @@
+"""Plans: one parallelization strategy, readable and serialisable.
+
+A :class:`Plan` says, for every operator, its device mesh and the tensor map of
+each tensor it touches (TensorOpt §2.1 notation: mesh ``[2, 2]``, map ``[0, -1]``),
+for every edge the collectives that reschedule the tensor forward and backward and
+the tensor-reuse choice, and the predicted costs. It round-trips through JSON; the
+executor runs a loaded plan.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Literal
+
+from .errors import InvalidInputError
+
+__all__ = ["Collective", "OperatorPlan", "EdgePlan", "Plan", "ReuseChoice"]
+
+#: Which copies of a tensor kept for backward survive on an edge where both ends keep it.
+ReuseChoice = Literal["none", "both", "producer", "consumer", "shared"]
+
+PLAN_FORMAT = "tensoropt_py.plan/1"
+
+
+def _tuples(value):
+    """Lists (from JSON) back into tuples, recursively."""
+    if isinstance(value, list):
+        return tuple(_tuples(v) for v in value)
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Collective:
+    """One collective of a rescheduling path.
+
+    ``nbytes`` is the full logical tensor size per group (see :mod:`tensoropt_py.cost.comm`);
+    ``groups`` are the concurrent device groups; ``axes`` the fine mesh axes it runs along.
+    """
+
+    kind: str
+    groups: tuple[tuple[int, ...], ...]
+    nbytes: float
+    time: float
+    axes: tuple[int, ...] = ()
+    src: str = ""
+    dst: str = ""
+
+    def __str__(self):
+        size = len(self.groups[0]) if self.groups else 1
+        return f"{self.kind}(x{len(self.groups)} groups of {size}, {self.nbytes / 1e6:.3g} MB, {self.time * 1e3:.3g} ms)"
+
+    @classmethod
+    def from_dict(cls, d):
+        return cls(**{f.name: _tuples(d[f.name]) for f in fields(cls) if f.name in d})
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorPlan:
+    """The configuration of one operator and its predicted cost."""
+
+    name: str
+    kind: str
+    mesh: tuple[int, ...]
+    assignment: tuple[tuple[str, int], ...]  # (loop dimension, mesh axis) for every split loop dimension
+    tensor_maps: tuple[tuple[str, tuple[int, ...]], ...]  # (tensor, map: mesh axis per tensor dim or -1)
+    memory: float
+    time: float
+    compute_time: float
+    communication_time: float
+    config: str = ""
+
+    def __str__(self):
+        return self.config or f"mesh{list(self.mesh)} " + " ".join(f"{d}->{a}" for d, a in self.assignment)
+
+    @classmethod
+    def from_dict(cls, d):
+        return cls(**{f.name: _tuples(d[f.name]) for f in fields(cls) if f.name in d})
+
+
+@dataclass(frozen=True, slots=True)
+class EdgePlan:
+    """How one tensor travels from its producer to a consumer."""
+
+    producer: str
+    consumer: str
+    tensor: str
+    src_layout: str
+    dst_layout: str
+    forward: tuple[Collective, ...]
+    backward: tuple[Collective, ...]
+    reuse: str
+    memory: float
+    time: float
+
+    def __str__(self):
+        steps = " -> ".join(c.kind for c in self.forward) or "no-op"
+        return f"{self.producer} -> {self.consumer} [{self.tensor}]: {steps} (reuse {self.reuse})"
+
+    @classmethod
+    def from_dict(cls, d):
+        d = dict(d)
+        d["forward"] = tuple(Collective.from_dict(c) for c in d.get("forward", ()))
+        d["backward"] = tuple(Collective.from_dict(c) for c in d.get("backward", ()))
+        return cls(**{f.name: _tuples(d[f.name]) if f.name not in ("forward", "backward") else d[f.name]
+                      for f in fields(cls) if f.name in d})
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """One parallelization strategy of a model on a cluster.
+
+    Attributes
+    ----------
+    model : str
+        Model name; ``model_fingerprint`` identifies the exact graph (the executor
+        refuses a plan made for another model).
+    cluster : str
+    devices : int
+    memory : float
+        Predicted peak memory per device (bytes).
+    time : float
+        Predicted per-iteration time (seconds), the additive estimate (TensorOpt Eq. 3).
+    compute_time, communication_time : float
+        The parts of ``time`` spent computing and communicating.
+    choices : tuple of int
+        The config index of every CostGraph node (matches ``Frontier.cost_graph``).
+    edge_choices : tuple of int
+        The option chosen on every CostGraph edge (tensor reuse).
+    simulated_time : float or None
+        The task-graph simulator's time, when the plan was refined by simulation.
+
+    Examples
+    --------
+    >>> p = Plan(model="m", cluster="c", devices=1, operators=(), edges=(), memory=1e9, time=0.5,
+    ...          compute_time=0.4, communication_time=0.1, choices=(), edge_choices=())
+    >>> Plan.from_json(p.to_json()) == p
+    True
+    """
+
+    model: str
+    cluster: str
+    devices: int
+    operators: tuple[OperatorPlan, ...]
+    edges: tuple[EdgePlan, ...]
+    memory: float
+    time: float
+    compute_time: float
+    communication_time: float
+    choices: tuple[int, ...]
+    edge_choices: tuple[int, ...]
+    model_fingerprint: str = ""
+    optimizer: str = "adam"
+    simulated_time: float | None = None
+    method: str = "tensoropt"
+    notes: tuple[str, ...] = field(default=())
+
+    # --- serialisation -------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["format"] = PLAN_FORMAT
+        return d
+
+    def to_json(self, path: str | Path | None = None, *, indent: int | None = 1) -> str:
+        """The plan as JSON text; also written to ``path`` when given."""
+        text = json.dumps(self.to_dict(), indent=indent, allow_nan=True)
+        if path is not None:
+            Path(path).write_text(text, encoding="utf-8")
+        return text
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Plan":
+        fmt = d.get("format", PLAN_FORMAT)
+        if fmt != PLAN_FORMAT:
+            raise InvalidInputError(f"not a tensoropt_py plan: format {fmt!r}, expected {PLAN_FORMAT!r}")
+        missing = [f.name for f in fields(cls) if f.name not in d and f.name not in
+                   ("model_fingerprint", "optimizer", "simulated_time", "method", "notes")]
+        if missing:
+            raise InvalidInputError(f"plan JSON lacks the fields {missing}")
+        kwargs = {f.name: _tuples(d[f.name]) for f in fields(cls) if f.name in d}
+        kwargs["operators"] = tuple(OperatorPlan.from_dict(o) for o in d["operators"])
+        kwargs["edges"] = tuple(EdgePlan.from_dict(e) for e in d["edges"])
+        return cls(**kwargs)
+
+    @classmethod
+    def from_json(cls, text_or_path: str | Path) -> "Plan":
+        """Load a plan from JSON text or from a file path."""
+        text = str(text_or_path)
+        if not text.lstrip().startswith("{"):
+            path = Path(text_or_path)
+            if not path.exists():
+                raise InvalidInputError(f"plan file {str(path)!r} does not exist")
+            text = path.read_text(encoding="utf-8")
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InvalidInputError(f"plan is not valid JSON: {exc}") from None
+        return cls.from_dict(data)
+
+    def with_simulated_time(self, seconds: float) -> "Plan":
+        return replace(self, simulated_time=float(seconds))
+
+    # --- display -------------------------------------------------------------------------------
+    def summary(self) -> str:
+        from .units import format_bytes, format_time
+
+        sim = "" if self.simulated_time is None else f", simulated {format_time(self.simulated_time)}"
+        return (
+            f"Plan({self.model} on {self.cluster}, {self.devices} devices: memory {format_bytes(self.memory)} per "
+            f"device, time {format_time(self.time)} per iteration (compute {format_time(self.compute_time)}, "
+            f"communication {format_time(self.communication_time)}){sim})"
+        )
+
+    def table(self, limit: int | None = None) -> str:
+        """A readable per-operator table (mesh, tensor maps, costs) and the non-trivial edges."""
+        rows = [("operator", "kind", "config", "memory MB", "time ms", "comm ms")]
+        ops = self.operators if limit is None else self.operators[:limit]
+        for o in ops:
+            rows.append((o.name, o.kind, str(o), f"{o.memory / 1e6:.1f}", f"{o.time * 1e3:.3f}",
+                         f"{o.communication_time * 1e3:.3f}"))
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+        if limit is not None and len(self.operators) > limit:
+            lines.append(f"... {len(self.operators) - limit} more operators")
+        moving = [e for e in self.edges if e.forward or e.backward or e.time > 0]
+        if moving:
+            lines.append("")
+            lines.append(f"rescheduled edges ({len(moving)} of {len(self.edges)}):")
+            shown = moving if limit is None else moving[:limit]
+            lines.extend(f"  {e}  {e.time * 1e3:.3f} ms" for e in shown)
+            if limit is not None and len(moving) > limit:
+                lines.append(f"  ... {len(moving) - limit} more")
+        return "\n".join(lines)
+
+    def __str__(self):
+        return self.summary() + "\n" + self.table(limit=40)

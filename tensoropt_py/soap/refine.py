@@ -1,0 +1,151 @@
+"""Refining frontier plans with the task-graph simulator and MCMC (``find_strategy(refine="mcmc")``).
+
+The frontier's additive cost model cannot see computation overlapping communication
+or operators running concurrently on different devices; the simulator can. The
+refinement converts the frontier's plans under the memory cap to SOAP strategies,
+simulates them, runs the MCMC search seeded with them, and returns the best plan
+*in mesh form* (the form the executor runs) with ``simulated_time`` set.
+
+Conversion rules (:func:`plan_to_soap`): a mesh config splitting loop dimension ``d`` over
+mesh axis ``a`` becomes SOAP degree ``mesh[a]`` on ``d``; SOAP has no redundant
+computation, so a mesh axis that splits nothing places one task per replica group, on
+the group's first device. Configs splitting a reduction dimension have no SOAP form.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import replace
+
+import numpy as np
+
+from ..errors import InvalidInputError
+from .config import NotSoapError, SoapConfig, SoapStrategy, from_split_factors
+
+__all__ = ["plan_to_soap", "soap_to_choices", "refine_plan", "parse_budget"]
+
+
+def _partition_devices(mesh, split_axes):
+    """Devices of the partitions of a mesh config (row-major over ``split_axes``), first replica each."""
+    n = math.prod(mesh)
+    first = {}
+    for device in range(n):
+        coords = np.unravel_index(device, mesh)
+        key = tuple(int(coords[a]) for a in split_axes)
+        first.setdefault(key, device)
+    return tuple(first[k] for k in itertools.product(*(range(mesh[a]) for a in split_axes)))
+
+
+def plan_to_soap(plan, graph) -> SoapStrategy:
+    """The SOAP strategy of a mesh-form :class:`~tensoropt_py.plan.Plan` (raises NotSoapError)."""
+    configs = []
+    by_name = {o.name: o for o in plan.operators}
+    for op in graph.operators:
+        o = by_name.get(op.name)
+        if o is None:
+            raise InvalidInputError(f"the plan has no config for operator {op.name!r}")
+        assignment = sorted(o.assignment, key=lambda da: da[1])  # partition numbering follows mesh axes
+        factors = [(d, int(o.mesh[a])) for d, a in assignment]
+        devices = _partition_devices(tuple(o.mesh), [a for _, a in assignment])
+        configs.append(from_split_factors(op, factors, devices))
+    return SoapStrategy(tuple(configs))
+
+
+def soap_to_choices(strategy: SoapStrategy, mcg, fallback=None) -> np.ndarray | None:
+    """CostGraph config indices closest to a SOAP strategy.
+
+    For every operator, a config with the same split factor on every loop dimension is
+    taken, preferring one whose partitions sit on the same devices, then one with the
+    same partition order. SOAP places unsplit operators on single devices, which mesh
+    form replicates instead; operators with no config of equal factors (data loading is
+    fixed to data parallelism) take ``fallback[i]``, or make the result None without one.
+    """
+    choices = np.zeros(len(mcg.op_names), dtype=np.int64)
+    index = {name: i for i, name in enumerate(mcg.op_names)}
+    for op, cfg in zip(mcg.graph.operators, strategy):
+        i = index[op.name]
+        wanted = {d: k for d, k in cfg.degrees if k > 1}
+        order = [d for d, k in cfg.degrees if k > 1]
+        best, best_rank = None, 3
+        for k, candidate in enumerate(mcg.configs[i]):
+            factors = {d.name: f for d, f in zip(op.loop_dims, candidate.split_factors()) if f > 1}
+            if factors != wanted:
+                continue
+            axes = sorted((a, d.name) for d, a in zip(op.loop_dims, candidate.assignment) if a >= 0)
+            same_order = [name for _, name in axes] == order
+            same_devices = same_order and _partition_devices(
+                tuple(candidate.mesh.shape), [a for a, _ in axes]) == tuple(cfg.devices)
+            rank = 0 if same_devices else 1 if same_order else 2
+            if rank < best_rank:
+                best, best_rank = k, rank
+        if best is None:
+            if fallback is None:
+                return None
+            best = int(fallback[i])
+        choices[i] = best
+    return choices
+
+
+def parse_budget(budget) -> tuple[int, float | None]:
+    """``(iterations, seconds)`` from ``1000`` (iterations) or ``"30s"`` (wall-clock seconds)."""
+    if budget is None:
+        return 2000, None
+    if isinstance(budget, (int, np.integer)) and not isinstance(budget, bool):
+        if budget < 1:
+            raise InvalidInputError(f"budget must be a positive iteration count or a duration, got {budget!r}")
+        return int(budget), None
+    from ..units import parse_time
+
+    seconds = parse_time(budget)
+    return 10**9, float(seconds)
+
+
+def refine_plan(plan, fr, graph, cluster, *, memory_cap, budget=None, seed=None, candidates: int = 8):
+    """Refine ``plan`` (the mini_time pick of frontier ``fr``) by simulation and MCMC.
+
+    Returns the plan (in mesh form) with the least simulated time among the frontier's
+    plans under ``memory_cap`` and the MCMC result when the latter has a mesh form;
+    ``time`` stays the additive estimate, ``simulated_time`` is the simulator's.
+    """
+    from ..api import plan_from_choices
+    from ..baselines import best_edge_options
+    from .search import search
+    from .simulator import Simulator
+
+    iterations, seconds = parse_budget(budget)
+    devices = fr.devices
+    sim = Simulator(graph, cluster, devices)
+    fits = np.flatnonzero(fr.memory <= memory_cap)
+    picks = sorted(set(np.linspace(0, len(fits) - 1, min(candidates, len(fits))).round().astype(int).tolist()))
+    scored = []  # (simulated time, plan, strategy)
+    for j in picks:
+        p = plan if fits[j] == fr.index_under(memory_cap) else fr.plan(int(fits[j]))
+        try:
+            strategy = plan_to_soap(p, graph)
+        except NotSoapError:
+            continue
+        result = sim.simulate(strategy)
+        scored.append((float(result.time), p, strategy))
+    initial = tuple(s for _, _, s in scored)
+    best_strategy, best_result = search(graph, cluster, devices, memory_cap=memory_cap, budget=iterations,
+                                        seed=seed, initial=initial, time_budget=seconds)
+    notes = []
+    mcg = fr.model_cost_graph
+    choices = soap_to_choices(best_strategy, mcg, fallback=plan.choices)
+    found = plan_from_choices(mcg, choices, best_edge_options(mcg, choices), model=fr.model, cluster=fr.cluster,
+                              optimizer=fr.optimizer, fingerprint=fr.model_fingerprint, method="tensoropt+mcmc")
+    if found.memory > memory_cap:
+        notes.append(f"MCMC's best in mesh form needs {found.memory / 1e9:.3f} GB per device, over the cap")
+    else:
+        try:  # the mesh form of MCMC's best is simulated again: placement may differ from SOAP's
+            scored.append((float(sim.simulate(plan_to_soap(found, graph)).time), found, None))
+        except NotSoapError:
+            notes.append("MCMC's best has no SOAP form once in mesh form")
+    if not scored:
+        raise InvalidInputError(
+            f"refine='mcmc' found no plan of {fr.model} under the cap that the simulator can run: the frontier's "
+            "plans split reduction dimensions, which FlexFlow's SOAP space does not have"
+        )
+    sim_time, chosen, _ = min(scored, key=lambda s: s[0])
+    return replace(chosen, simulated_time=sim_time, notes=chosen.notes + tuple(notes))

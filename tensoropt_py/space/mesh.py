@@ -1,0 +1,159 @@
+"""Device meshes and their refinement into prime *fine axes*.
+
+A :class:`Mesh` is an ordered factorisation of the device count ``N`` (TensorOpt §2.1:
+``[4]``, ``[2, 2]``...). Devices ``0..N-1`` are laid out on it row-major, so the *last*
+mesh axis varies fastest: with the machine-major device numbering of
+:class:`~tensoropt_py.cluster.Cluster`, the trailing axes stay inside a machine and the
+order of the axes decides which communication crosses the network.
+
+Every mesh axis of size ``m`` is refined into the prime factors of ``m`` (ascending), the
+*fine axes*; the fine axes of a mesh are again a row-major grid over the same devices.
+Placements expressed per fine axis do not depend on how fine axes were grouped into mesh
+axes, which is what lets configurations and tensor layouts from different meshes be
+compared (``mesh[2,8]`` with its second axis replicating and ``mesh[2,2,4]`` with its two
+last axes replicating put every device on the same data).
+
+Examples
+--------
+>>> m = Mesh((2, 4))
+>>> str(m), m.fine_sizes, m.fine_of_axis
+('mesh[2,4]', (2, 2, 2), ((0,), (1, 2)))
+>>> fine_groups((2, 2, 2), (0,))
+((0, 4), (1, 5), (2, 6), (3, 7))
+>>> [str(m) for m in meshes(4)]
+['mesh[4]', 'mesh[2,2]']
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+from ..errors import InvalidInputError
+
+__all__ = ["Mesh", "prime_factors", "ordered_factorisations", "meshes", "fine_groups"]
+
+
+@lru_cache(maxsize=None)
+def prime_factors(n: int) -> tuple[int, ...]:
+    """Prime factors of ``n`` in ascending order, with multiplicity.
+
+    >>> prime_factors(12), prime_factors(1)
+    ((2, 2, 3), ())
+    """
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise InvalidInputError(f"expected a positive integer, got {n!r}")
+    n = int(n)
+    out, p = [], 2
+    while p * p <= n:
+        while n % p == 0:
+            out.append(p)
+            n //= p
+        p += 1
+    if n > 1:
+        out.append(n)
+    return tuple(out)
+
+
+@lru_cache(maxsize=None)
+def ordered_factorisations(n: int) -> tuple[tuple[int, ...], ...]:
+    """Every ordered factorisation of ``n`` into factors >= 2 (``((1,),)`` for ``n == 1``).
+
+    >>> ordered_factorisations(8)
+    ((8,), (2, 4), (4, 2), (2, 2, 2))
+    """
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise InvalidInputError(f"device count must be a positive integer, got {n!r}")
+    n = int(n)
+    if n == 1:
+        return ((1,),)
+    out: list[tuple[int, ...]] = []
+
+    def rec(rest, prefix):
+        if rest == 1:
+            out.append(tuple(prefix))
+            return
+        for f in range(2, rest + 1):
+            if rest % f == 0:
+                rec(rest // f, prefix + [f])
+
+    rec(n, [])
+    out.sort(key=len)  # stable: fewest axes first, then generation order
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class Mesh:
+    """A device mesh: an ordered factorisation of the device count.
+
+    Parameters
+    ----------
+    shape : tuple of int
+        Mesh axis sizes (each >= 2, or ``(1,)`` for one device); devices are row-major.
+
+    Attributes
+    ----------
+    fine_sizes : tuple of int
+        Prime sizes of the fine axes (each mesh axis refined, ascending primes).
+    fine_of_axis : tuple of tuple of int
+        The fine axes of each mesh axis.
+    """
+
+    shape: tuple[int, ...]
+    fine_sizes: tuple[int, ...] = field(init=False, compare=False, repr=False)
+    fine_of_axis: tuple[tuple[int, ...], ...] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self):
+        shape = tuple(int(s) for s in self.shape)
+        if not shape or any(s < 1 for s in shape) or (len(shape) > 1 and any(s < 2 for s in shape)):
+            raise InvalidInputError(f"a mesh needs axis sizes >= 2 (or (1,)), got {self.shape!r}")
+        object.__setattr__(self, "shape", shape)
+        fine, of_axis = [], []
+        for s in shape:
+            ps = prime_factors(s)
+            of_axis.append(tuple(range(len(fine), len(fine) + len(ps))))
+            fine.extend(ps)
+        object.__setattr__(self, "fine_sizes", tuple(fine))
+        object.__setattr__(self, "fine_of_axis", tuple(of_axis))
+
+    @property
+    def num_devices(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __str__(self):
+        return f"mesh[{','.join(map(str, self.shape))}]"
+
+
+@lru_cache(maxsize=None)
+def meshes(n: int) -> tuple[Mesh, ...]:
+    """Every mesh over ``n`` devices (fewest axes first)."""
+    return tuple(Mesh(s) for s in ordered_factorisations(n))
+
+
+@lru_cache(maxsize=65536)
+def fine_groups(fine_sizes: tuple[int, ...], axes: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """The concurrent device groups of a collective along the fine ``axes``.
+
+    Devices that differ only in their coordinates along ``axes`` form one group; within a
+    group, devices are ordered row-major over ``axes``. Groups are ordered by their
+    first device.
+
+    >>> fine_groups((2, 2), (1,))
+    ((0, 1), (2, 3))
+    >>> fine_groups((2, 2, 2), (0, 2))
+    ((0, 1, 4, 5), (2, 3, 6, 7))
+    """
+    n = math.prod(fine_sizes)
+    ids = np.arange(n).reshape(fine_sizes if fine_sizes else (1,))
+    axes = tuple(sorted(axes))
+    rest = tuple(a for a in range(len(fine_sizes)) if a not in axes)
+    k = math.prod(fine_sizes[a] for a in axes)
+    arr = ids.transpose(rest + axes).reshape(-1, k)
+    return tuple(tuple(int(x) for x in row) for row in arr)

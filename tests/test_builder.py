@@ -1,0 +1,148 @@
+"""CostGraph builder: data-parallel costs by hand, decode() vs evaluate(), tensor reuse, bad inputs."""
+
+import math
+
+import numpy as np
+import pytest
+
+from tensoropt_py.cluster import Cluster
+from tensoropt_py.cost.builder import FORBIDDEN_TIME, build_cost_graph
+from tensoropt_py.cost.comm import CommModel
+from tensoropt_py.cost.compute import ComputeModel
+from tensoropt_py.errors import InvalidInputError
+from tensoropt_py.frontier import evaluate
+from tensoropt_py.graph.builder import GraphBuilder
+from tensoropt_py.graph.ir import DTYPE_BYTES, TensorRole
+
+CL = Cluster.preset("v100-2x8")
+
+
+def mlp(batch=32, width=64, hidden=128):
+    gb = GraphBuilder("mlp")
+    x, y = gb.input([("x", (batch, width), "float32"), ("y", (batch,), "int64")])
+    h = gb.relu(gb.linear(x, hidden, name="fc1"))
+    gb.loss(gb.linear(h, 10, name="fc2"), y)
+    return gb.build()
+
+
+@pytest.fixture(scope="module")
+def g():
+    return mlp()
+
+
+@pytest.fixture(scope="module")
+def mcg4(g):
+    return build_cost_graph(g, CL, 4)
+
+
+def test_data_parallel_by_hand(g, mcg4):
+    n = 4
+    row = mcg4.data_parallel_choice()
+    rec = mcg4.decode(row)
+    for o in rec.ops:
+        op = g.operator(o.name)
+        sample = [i for i, d in enumerate(op.loop_dims) if d.kind.value == "sample"]
+        assert o.config.split_factors()[sample[0]] == n, o
+    # memory: the whole Adam state of every parameter + every kept activation / N (one copy each)
+    params = sum(t.numel for t in g.parameters) * 16
+    kept = {name for op in g for name in op.saved if g.tensors[name].role is not TensorRole.PARAMETER}
+    acts = sum(g.tensors[name].nbytes for name in kept) / n
+    assert rec.memory == pytest.approx(params + acts)
+    # communication: one fused gradient all-reduce per operator with parameters, over all devices
+    comm = CommModel(CL)
+    group = (tuple(range(n)),)
+    expected_sync = sum(
+        comm.collective_time("all_reduce", sum(g.tensors[u.tensor].nbytes for u in op.params), group)
+        for op in g if op.params
+    )
+    assert sum(o.comm_time for o in rec.ops) == pytest.approx(expected_sync)
+    assert all(e.time == 0 and not e.forward.steps for e in rec.edges)  # no rescheduling under DP
+    # compute: roofline of the local shard, forward + backward
+    cm = ComputeModel(CL)
+    fc1 = [o for o in rec.ops if o.name.endswith("fc1")][0]
+    op = g.operator(fc1.name)
+    moved = sum(g.tensors[u.tensor].nbytes / (n if u.tensor != op.params[0].tensor and "bias" not in u.tensor
+                                              and g.tensors[u.tensor].role is not TensorRole.PARAMETER else 1)
+                for u in op.uses())
+    want = cm.time(op.flops / n, moved) + cm.time(op.backward_flops / n, 2 * moved)
+    assert fc1.compute_time == pytest.approx(want)
+
+
+def test_decode_totals_equal_evaluate(mcg4):
+    rng = np.random.default_rng(0)
+    cg = mcg4.cost_graph
+    for _ in range(30):
+        row = np.array([rng.integers(len(c)) for c in mcg4.configs])
+        erow = np.zeros(len(mcg4.edges), dtype=np.int64)
+        for j, (sc, dc, table) in enumerate(mcg4.edge_tables):
+            u, v = mcg4.edge_index[j]
+            finite = np.flatnonzero(np.isfinite(table[sc[row[u]], dc[row[v]], :, 0]))
+            erow[j] = rng.choice(finite)
+        m, t = evaluate(cg, row[None], erow[None])
+        rec = mcg4.decode(row, erow)
+        assert rec.memory == pytest.approx(m[0]) and rec.time == pytest.approx(t[0])
+        # rescheduling steps of each edge chain the two layouts
+        for e in rec.edges:
+            if e.forward.steps:
+                assert e.forward.steps[0].before == e.src and e.forward.steps[-1].after == e.dst
+
+
+def test_all_costs_nonnegative_and_counts(mcg4):
+    for nc in mcg4.node_costs:
+        assert np.all(nc >= 0) and np.all(np.isfinite(nc))
+    for sc, dc, table in mcg4.edge_tables:
+        t = table[np.isfinite(table)]
+        assert np.all(t >= 0)
+        assert np.all(np.isfinite(table[..., 0, :]) | np.isfinite(table[..., 1:, :]).any(-2) if table.shape[2] > 1
+                      else np.isfinite(table[..., 0, :]))
+    counts = mcg4.config_counts()
+    assert counts[[n for n in counts if "input" in n][0]] == 1
+    assert all(c >= 1 for c in counts.values())
+
+
+def test_tensor_reuse_options(g, mcg4):
+    # relu keeps its output and fc2 keeps its input: a 3-option edge, collapsed where layouts agree
+    pairs = [(info, tab) for info, tab in zip(mcg4.edges, mcg4.edge_tables) if info.reuse == "pair"]
+    assert pairs
+    info, (sc, dc, table) = pairs[0]
+    spec = g.tensors[info.tensor]
+    for a, A in enumerate(info.src_layouts):
+        for b, B in enumerate(info.dst_layouts):
+            amem = A.local_numel(spec.shape) * 4
+            bmem = B.local_numel(spec.shape) * 4
+            if B == A.without_partial():
+                assert table[a, b, 0, 0] == amem and np.all(np.isinf(table[a, b, 1:]))
+            else:
+                assert table[a, b, 0, 0] == amem + bmem
+                assert table[a, b, 1, 0] == amem and table[a, b, 2, 0] == bmem
+                assert table[a, b, 1, 1] >= table[a, b, 0, 1] and table[a, b, 2, 1] >= table[a, b, 0, 1]
+
+
+def test_mesh_tensorflow_edges(g):
+    mcg = build_cost_graph(g, CL, 4, mesh_tensorflow=(2, 2))
+    assert all(c.mesh.shape == (2, 2) for cfgs in mcg.configs[1:] for c in cfgs)
+    for info, (sc, dc, table) in zip(mcg.edges, mcg.edge_tables):
+        for a, A in enumerate(info.src_layouts):
+            for b, B in enumerate(info.dst_layouts):
+                if B != A.without_partial():
+                    assert table[a, b, 0, 1] == FORBIDDEN_TIME
+
+
+def test_bad_inputs(g):
+    with pytest.raises(InvalidInputError, match=r"device count 3 .*valid counts: 1, 2, 4, 8, 16"):
+        build_cost_graph(g, CL, 3)
+    with pytest.raises(InvalidInputError, match="optimizer 'lamb'"):
+        build_cost_graph(g, CL, 4, optimizer="lamb")
+    gb = GraphBuilder("odd")
+    x, y = gb.input([("x", (3, 5), "float32"), ("y", (3,), "int64")])
+    gb.loss(gb.linear(x, 7), y)
+    with pytest.raises(InvalidInputError, match="divides no splittable dimension"):
+        build_cost_graph(gb.build(), CL, 2)
+
+
+def test_optimizer_changes_memory(g):
+    sgd = build_cost_graph(g, CL, 2, optimizer="sgd")
+    adam = build_cost_graph(g, CL, 2, optimizer="adam")
+    p = sum(t.numel for t in g.parameters)
+    row = sgd.data_parallel_choice()
+    assert adam.decode(adam.data_parallel_choice()).memory - sgd.decode(row).memory == pytest.approx(p * 8)

@@ -1,0 +1,257 @@
+"""tensoropt_py.cost.calibrate and tensoropt_py.cost.compute: measured tables end to end."""
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tensoropt_py.cluster import COLLECTIVES, Cluster, ComputeTable, load_calibration
+from tensoropt_py.cost.calibrate import (
+    buffer_elements,
+    calibrate_compute,
+    color_of,
+    machine_ids,
+    main,
+    measure,
+    partition_plans,
+)
+from tensoropt_py.cost.comm import CommModel
+from tensoropt_py.cost.compute import ComputeModel
+from tensoropt_py.errors import CalibrationError, InvalidInputError
+
+REPO = Path(__file__).resolve().parents[1]
+MPIEXEC = shutil.which("mpiexec")
+
+
+def _have_mpi4py():
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+needs_mpi = pytest.mark.skipif(MPIEXEC is None or not _have_mpi4py(), reason="needs mpiexec and mpi4py")
+
+
+def _run_calibration(n, out, *extra, timeout=120):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    cmd = [MPIEXEC, "-n", str(n), sys.executable, "-m", "mpi4py", "-m", "tensoropt_py.cost.calibrate",
+           "--out", str(out), *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=out.parent)
+
+
+# -- pure rank logic --------------------------------------------------------------------------
+
+
+def test_partition_plans_one_machine():
+    plans = partition_plans(6, [0] * 6)
+    assert [sig for _, sig in plans] == [(1, 1, 6), (2, 2, 3), (3, 3, 2), (6, 6, 1)]
+    groups, _ = plans[1]
+    assert groups == ((0, 1), (2, 3), (4, 5))
+    for groups, (g, _, c) in plans:
+        assert sorted(d for grp in groups for d in grp) == list(range(6))
+        assert all(len(grp) == g for grp in groups) and len(groups) == c
+
+
+def test_partition_plans_two_machines_adds_strided():
+    sigs = [sig for _, sig in partition_plans(8, machine_ids(["a"] * 4 + ["b"] * 4))]
+    assert sigs == [(1, 1, 4), (2, 2, 2), (2, 1, 4), (4, 4, 1), (4, 2, 2), (8, 4, 1)]
+    with pytest.raises(InvalidInputError):
+        partition_plans(4, [0, 0])
+
+
+def test_color_of_and_machine_ids():
+    groups = ((0, 2), (1, 3))
+    assert [color_of(r, groups) for r in range(4)] == [(0, 0), (1, 0), (0, 1), (1, 1)]
+    with pytest.raises(InvalidInputError):
+        color_of(7, groups)
+    assert machine_ids(["x", "y", "x", "z"]) == [0, 1, 0, 2]
+
+
+@pytest.mark.parametrize("g", [1, 2, 4, 8])
+def test_buffer_elements_follow_nbytes_semantics(g):
+    n, item = 4096, 4
+    e = n // item
+    assert buffer_elements("all_reduce", n, g, item) == (e, e)
+    assert buffer_elements("broadcast", n, g, item) == (e, e)
+    send, recv = buffer_elements("all_gather", n, g, item)
+    assert recv == e and send * g == e  # gathered result is nbytes
+    send, recv = buffer_elements("reduce_scatter", n, g, item)
+    assert send == e and recv * g == e  # input before scattering is nbytes
+    assert buffer_elements("all_to_all", n, g, item) == (e, e)  # each rank holds nbytes
+    assert buffer_elements("all_gather", 1, 8, 1) == (1, 8)  # at least one element per rank
+    with pytest.raises(InvalidInputError):
+        buffer_elements("gossip", n, g, item)
+
+
+# -- the MPI run ------------------------------------------------------------------------------
+
+
+@needs_mpi
+@pytest.mark.mpi
+def test_mpiexec_calibration_feeds_comm_model(tmp_path):
+    out = tmp_path / "tmp.json"
+    res = _run_calibration(2, out, "--max-log2", "10", "--repeats", "3")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "wrote" in res.stdout and res.stdout.count("wrote") == 1  # only rank 0 prints
+    comm, compute = load_calibration(out)
+    assert compute is None
+    meta = comm.meta
+    assert meta["backend"] == "mpi" and meta["world_size"] == 2 and meta["sizes_log2"] == list(range(11))
+    sizes = [2.0**i for i in range(11)]
+    for kind in COLLECTIVES:
+        for sig in ((1, 1, 2), (2, 2, 1)):
+            if kind == "send_recv" and sig[0] == 1:
+                assert comm.get(kind, sig) is None
+                continue
+            got = comm.get(kind, sig)
+            assert got is not None, (kind, sig)
+            assert list(got[0]) == sizes
+            assert all(math.isfinite(t) and t > 0 for t in got[1])
+
+    cl = Cluster.preset("cpu-1x4").with_calibration(out)
+    cm = CommModel(cl)
+    pair = ((0, 1),)
+    for kind in COLLECTIVES:
+        assert cm.source(kind, pair) == "calibrated"
+        measured = np.maximum.accumulate(comm.get(kind, (2, 2, 1))[1])
+        for i in (0, 5, 10):
+            assert cm.collective_time(kind, 2**i, pair) == pytest.approx(measured[i], rel=1e-12)
+        t = cm.collective_time(kind, 3000, pair)
+        assert math.isfinite(t) and t > 0
+        # partitionings the run could not measure still use the model
+        assert cm.source(kind, ((0, 1), (2, 3))) == "model"
+    # a size-1 group stays free even though the file measured it
+    assert cm.collective_time("all_reduce", 1024, ((0,), (1,))) == 0.0
+
+
+@needs_mpi
+@pytest.mark.mpi
+def test_nccl_without_cuda_fails_cleanly(tmp_path):
+    if os.path.exists("/dev/nvidia0") or os.path.exists("/dev/nvidiactl"):
+        pytest.skip("an NVIDIA device is present: covered by the GPU test")
+    out = tmp_path / "nccl.json"
+    res = _run_calibration(1, out, "--max-log2", "2", "--backend", "nccl")
+    assert res.returncode != 0
+    assert "CUDA" in res.stderr
+    assert not out.exists()
+
+
+@needs_mpi
+@pytest.mark.mpi
+@pytest.mark.gpu
+def test_nccl_calibration_on_gpu(tmp_path):
+    if not (os.path.exists("/dev/nvidia0") or os.path.exists("/dev/nvidiactl")):
+        pytest.skip("needs an NVIDIA GPU")
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    out = tmp_path / "nccl.json"
+    res = _run_calibration(1, out, "--max-log2", "12", "--backend", "nccl")
+    assert res.returncode == 0, res.stdout + res.stderr
+    comm, _ = load_calibration(out)
+    assert comm.meta["backend"] == "nccl"
+    assert comm.get("all_reduce", (1, 1, 1)) is not None
+
+
+def test_cli_rejects_bad_size_range():
+    with pytest.raises(InvalidInputError, match="min-log2"):
+        main(["--min-log2", "5", "--max-log2", "2"])
+    with pytest.raises(SystemExit):
+        main(["--backend", "carrier-pigeon"])
+
+
+# -- compute tables ---------------------------------------------------------------------------
+
+
+def test_measure_validates_and_times():
+    calls = []
+    t = measure(lambda: calls.append(1), repeats=4, warmup=3)
+    assert t >= 0 and len(calls) == 7
+    synced = []
+    measure(lambda: None, repeats=2, warmup=0, sync=lambda: synced.append(1))
+    assert len(synced) == 2
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(InvalidInputError, match="repeats"):
+            measure(lambda: None, repeats=bad)
+    with pytest.raises(InvalidInputError, match="warmup"):
+        measure(lambda: None, warmup=-1)
+
+
+def test_calibrate_compute_with_torch_ops(tmp_path):
+    torch = pytest.importorskip("torch")
+    a, b = torch.randn(64, 128), torch.randn(128, 32)
+    entries = {
+        "matmul|[64,128]x[128,32]|float32|fwd": lambda: a @ b,
+        "relu|[64,128]|float32|fwd": lambda: torch.relu(a),
+    }
+    out = tmp_path / "compute.json"
+    table = calibrate_compute(entries, repeats=3, warmup=1, out=out, meta={"device": "cpu"})
+    assert len(table) == 2 and table.meta["device"] == "cpu"
+    assert all(math.isfinite(t) and t > 0 for _, t in table.items())
+
+    cl = Cluster.preset("cpu-1x4").with_calibration(out)
+    assert cl.comm_table is None and cl.compute_table == table
+    model = ComputeModel(cl)
+    key = "matmul|[64,128]x[128,32]|float32|fwd"
+    assert model.source(key) == "calibrated"
+    assert model.time(1.0, 1.0, key=key) == table.get(key)
+    assert model.source("unknown") == "roofline"
+    loaded = ComputeModel.load(out, Cluster.preset("cpu-1x4"))
+    assert loaded.time(0, 0, key=key) == table.get(key)
+
+    # save merges with what the file already has
+    extra = ComputeModel(Cluster.preset("cpu-1x4"), table={"noop": 1e-7})
+    extra.save(out)
+    _, compute = load_calibration(out)
+    assert set(k for k, _ in compute.items()) == {*entries, "noop"}
+
+    with pytest.raises(InvalidInputError):
+        calibrate_compute([("k", "not callable")])
+    with pytest.raises(InvalidInputError):
+        calibrate_compute([42])
+
+
+def test_compute_model_roofline():
+    cl = Cluster.preset("v100-2x8")
+    m = ComputeModel(cl)
+    d = cl.device
+    assert m.time(d.peak_flops, 0) == pytest.approx(1 + d.kernel_overhead)
+    assert m.time(0, d.memory_bandwidth) == pytest.approx(1 + d.kernel_overhead)
+    assert m.time(d.peak_flops, 2 * d.memory_bandwidth) == pytest.approx(2 + d.kernel_overhead)  # memory-bound
+    assert m.time(125e12, 0, dtype="fp16") == pytest.approx(1 + d.kernel_overhead)
+    assert m.time(0, 0) == 0.0
+    assert m.time(1.0, 1.0, key="missing") == pytest.approx(d.kernel_overhead, rel=1e-3)
+    flops = np.array([0, 1e9, 1e12])
+    by = np.array([0, 1e9, 1e6])
+    vec = m.times(flops, by)
+    assert vec.tolist() == pytest.approx([m.time(f, b) for f, b in zip(flops, by)], rel=1e-12)
+    for bad in (-1, math.inf, "x", True):
+        with pytest.raises(InvalidInputError):
+            m.time(bad, 0)
+    with pytest.raises(InvalidInputError):
+        m.time(1, 1, dtype="float13")
+    with pytest.raises(InvalidInputError):
+        m.times([1, -1], [0, 0])
+    with pytest.raises(CalibrationError):
+        m.save("/nonexistent/never.json")  # no table to save
+
+
+def test_compute_model_load_errors(tmp_path):
+    cl = Cluster.preset("cpu-1x4")
+    with pytest.raises(CalibrationError, match="missing.json"):
+        ComputeModel.load(tmp_path / "missing.json", cl)
+    comm_only = tmp_path / "comm_only.json"
+    comm_only.write_text(json.dumps({"format": "tensoropt_py-calibration", "version": 1,
+                                     "comm": {"entries": []}}))
+    with pytest.raises(CalibrationError, match="no 'compute' section"):
+        ComputeModel.load(comm_only, cl)
+    assert ComputeModel(cl, table=ComputeTable({"a": 1.0})).time(5, 5, key="a") == 1.0

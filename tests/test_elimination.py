@@ -1,0 +1,239 @@
+"""Each elimination on its own: exactness against brute force, layout exploitation, marking."""
+
+import numpy as np
+import pytest
+
+from tensoropt_py.elimination.branch_elimination import merge_nodes
+from tensoropt_py.elimination.driver import simplify
+from tensoropt_py.elimination.heuristic_elimination import choose_config, fix_node
+from tensoropt_py.elimination.linear_chain import ChainMarker
+from tensoropt_py.elimination.node_elimination import detach, eliminate_node, fold_leaf
+from tensoropt_py.frontier import CostGraph, LayoutEdge, brute_force_frontier, evaluate
+from tensoropt_py.frontier.ldp import ldp
+from tensoropt_py.frontier.random_graphs import random_chain, random_small_dag
+from tensoropt_py.frontier.track import build_working_graph, finish
+
+
+def int_nodes(rng, ks):
+    return [np.stack([rng.integers(0, 9, k) * 1.0, rng.integers(0, 9, k) * 1.0], axis=1) for k in ks]
+
+
+def int_edge(rng, ku, kv, R=1):
+    c = rng.integers(0, 5, size=(ku, kv, R, 2)).astype(float)
+    if R > 1:
+        c[:, :, 1:][rng.uniform(size=(ku, kv, R - 1, 2)) < 0.2] = np.inf
+    return c if R > 1 else c[:, :, 0]
+
+
+def int_layout(rng, ku, kv, A, B, R=1):
+    tab = rng.integers(0, 5, size=(A, B, R, 2)).astype(float)
+    return LayoutEdge(rng.permutation(np.arange(ku) % A), rng.permutation(np.arange(kv) % B), tab if R > 1 else tab[:, :, 0])
+
+
+def finish_exact(cg, g):
+    """Eliminate whatever is left exactly and compare with brute force."""
+    simplify(g, "elimination", True, 10**9, "min_memory", cg.topological_order)
+    final, ch, ech = finish(g, cg.n_nodes, cg.n_edges)
+    bf = brute_force_frontier(cg)
+    assert final.n_points == len(bf)
+    np.testing.assert_allclose(final.mem, bf.memory, rtol=1e-12)
+    np.testing.assert_allclose(final.time, bf.time, rtol=1e-12)
+    m, t = evaluate(cg, ch, ech)
+    np.testing.assert_allclose(m, final.mem, rtol=1e-12)
+    np.testing.assert_allclose(t, final.time, rtol=1e-12)
+    return g
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("layout", [False, True])
+def test_node_elimination_is_exact(seed, layout):
+    rng = np.random.default_rng(seed)
+    ks = [3, 4, 3]
+    nodes = int_nodes(rng, ks)
+    mk = (lambda u, v: int_layout(rng, ks[u], ks[v], 2, 2, R=2)) if layout else (lambda u, v: int_edge(rng, ks[u], ks[v], R=2))
+    cg = CostGraph(nodes, [(0, 1, mk(0, 1)), (1, 2, mk(1, 2))])
+    g = build_working_graph(cg)
+    eliminate_node(g, 1)
+    assert set(g.adj[0]) == {2} and g.stats["node"] == 1
+    finish_exact(cg, g)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_edge_elimination_merges_parallel_edges(seed):
+    rng = np.random.default_rng(seed)
+    ks = [4, 3]
+    nodes = int_nodes(rng, ks)
+    edges = [(0, 1, int_edge(rng, 4, 3, R=3)), (0, 1, int_layout(rng, 4, 3, 2, 2, R=2)), (0, 1, int_layout(rng, 4, 3, 2, 3))]
+    cg = CostGraph(nodes, edges)
+    g = build_working_graph(cg)
+    assert g.stats["edge"] == 2 and len(g.adj[0]) == 1
+    finish_exact(cg, g)
+
+
+def test_reverse_orientation_edges_are_merged():
+    """Node elimination can create h->j while j->h exists: orientation must be handled."""
+    rng = np.random.default_rng(3)
+    ks = [2, 3, 4]
+    nodes = int_nodes(rng, ks)
+    cg = CostGraph(nodes, [(2, 1, int_edge(rng, 4, 3)), (1, 0, int_edge(rng, 3, 2)), (2, 0, int_layout(rng, 4, 2, 2, 2))])
+    g = build_working_graph(cg)
+    eliminate_node(g, 1)  # creates 0-2 (h=0 -> j=2) next to the existing 2->0
+    assert g.stats["edge"] == 1
+    finish_exact(cg, g)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("adjacent", [True, False])
+def test_branch_elimination_is_exact(seed, adjacent):
+    rng = np.random.default_rng(seed)
+    ks = [2, 3, 2, 3]
+    nodes = int_nodes(rng, ks)
+    edges = [(0, 1, int_edge(rng, 2, 3)), (0, 2, int_layout(rng, 2, 2, 2, 1, R=2)), (1, 3, int_edge(rng, 3, 3)),
+             (2, 3, int_edge(rng, 2, 3, R=2))]
+    if adjacent:
+        edges.append((1, 2, int_edge(rng, 3, 2)))
+    cg = CostGraph(nodes, edges)
+    g = build_working_graph(cg)
+    merge_nodes(g, 1, 2)
+    assert g.nodes[2].K == 6 and 1 not in g.nodes
+    assert set(g.adj[2]) == {0, 3}
+    finish_exact(cg, g)
+
+
+def test_leaf_fold_and_detach_are_exact_and_exploit_layouts():
+    rng = np.random.default_rng(0)
+    ks = [8, 8]
+    nodes = int_nodes(rng, ks)
+    cg = CostGraph(nodes, [(0, 1, int_layout(rng, 8, 8, 2, 4, R=2))])
+    g = build_working_graph(cg)
+    fold_leaf(g, 0)
+    n1 = g.nodes[1]
+    # lazy per-layout factor: one cell per destination layout class, not per config
+    assert len(n1.factors) == 2 and n1.factors[1][0].n_cells == 4
+    detach(g, 1)
+    final, ch, ech = finish(g, 2, 1)
+    bf = brute_force_frontier(cg)
+    np.testing.assert_allclose(final.mem, bf.memory)
+    np.testing.assert_allclose(final.time, bf.time)
+
+
+def test_layout_edges_do_less_work_than_dense_ones():
+    cg_l = random_chain(20, 32, layouts=4, seed=1, integer_costs=True)
+    dense_edges = [(u, v, e.dense()) for u, v, e in cg_l.edges]
+    cg_d = CostGraph(cg_l.node_costs, dense_edges)
+    from tensoropt_py.frontier import track
+
+    a = track(cg_l, exact=True)
+    b = track(cg_d, exact=True)
+    np.testing.assert_array_equal(a.memory, b.memory)
+    np.testing.assert_array_equal(a.time, b.time)
+    assert a.stats["terms"] * 4 < b.stats["terms"]
+
+
+@pytest.mark.parametrize("heuristic", ["min_memory", "weighted"])
+def test_heuristic_elimination_is_achievable(heuristic):
+    rng = np.random.default_rng(5)
+    ks = [3, 4, 3, 2]
+    nodes = int_nodes(rng, ks)
+    edges = [(0, 1, int_edge(rng, 3, 4)), (0, 2, int_edge(rng, 3, 3, R=2)), (0, 3, int_layout(rng, 3, 2, 2, 2)),
+             (1, 2, int_edge(rng, 4, 3)), (2, 3, int_edge(rng, 3, 2))]
+    cg = CostGraph(nodes, edges)
+    g = build_working_graph(cg)
+    k = choose_config(g, 0, heuristic)
+    if heuristic == "min_memory":
+        mem = nodes[0][:, 0]
+        assert mem[k] == mem.min()
+    fix_node(g, 0, k)
+    assert g.stats["heuristic"] == 1 and 0 not in g.nodes
+    simplify(g, "elimination", True, 10**9, heuristic, cg.topological_order)
+    final, ch, ech = finish(g, 4, 5)
+    assert np.all(ch[:, 0] == k)
+    m, t = evaluate(cg, ch, ech)
+    np.testing.assert_allclose(m, final.mem)
+    np.testing.assert_allclose(t, final.time)
+    # it is the exact frontier of the strategies with node 0 fixed to k
+    full = brute_force_frontier(CostGraph([nodes[0][k:k + 1]] + nodes[1:],
+                                          [(u, v, _restrict(e, u, v, k)) for u, v, e in cg.edges]))
+    np.testing.assert_allclose(final.mem, full.memory)
+    np.testing.assert_allclose(final.time, full.time)
+
+
+def _restrict(cost, u, v, k):
+    """Edge cost with node 0 restricted to its config k."""
+    if isinstance(cost, LayoutEdge):
+        cost = cost.dense()
+    if u == 0:
+        return cost[k:k + 1]
+    if v == 0:
+        return cost[:, k:k + 1]
+    return cost
+
+
+def test_marking_follows_the_chain_and_ldp_is_exact():
+    """ResNet-like: a chain with skip edges over one node; the marked chain is the main path."""
+    rng = np.random.default_rng(2)
+    n = 9
+    ks = [2, 3, 2, 3, 2, 3, 2, 3, 2]
+    nodes = int_nodes(rng, ks)
+    edges = [(i, i + 1, int_edge(rng, ks[i], ks[i + 1])) for i in range(n - 1)]
+    edges += [(i, i + 2, int_layout(rng, ks[i], ks[i + 2], 2, 2)) for i in range(0, n - 2, 2)]
+    cg = CostGraph(nodes, edges)
+    g = build_working_graph(cg)
+    chains = simplify(g, "ldp", True, 10**9, "min_memory", cg.topological_order)
+    assert len(chains) == 1
+    chain = chains[0]
+    assert chain == [0, 2, 4, 6, 8]  # odd nodes were node-eliminated onto the skip edges
+    # the remaining graph is exactly a simple path over the chain
+    for a, b in zip(chain, chain[1:]):
+        assert b in g.adj[a]
+    assert all(len(g.adj[x]) <= 2 for x in chain) and set(g.nodes) == set(chain)
+    ldp(g, chain)
+    final, ch, ech = finish(g, cg.n_nodes, cg.n_edges)
+    bf = brute_force_frontier(cg)
+    np.testing.assert_allclose(final.mem, bf.memory)
+    np.testing.assert_allclose(final.time, bf.time)
+
+
+def test_chain_marker_starts_one_chain_per_component():
+    cg = random_small_dag(8, edge_prob=0.2, seed=4)
+    g = build_working_graph(cg)
+    marker = ChainMarker(g, cg.topological_order)
+    comps = cg.components()
+    assert len(marker.chains) == len(comps)
+    pos = {x: r for r, x in enumerate(cg.topological_order)}
+    for chain, comp in zip(marker.chains, sorted(comps, key=lambda c: min(pos[x] for x in c))):
+        assert chain[0] == min(comp, key=lambda x: pos[x])
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_simplify_keeps_chains_simple_paths(seed):
+    cg = random_small_dag(8, max_k=3, edge_prob=0.5, seed=100 + seed)
+    g = build_working_graph(cg)
+    chains = simplify(g, "ldp", True, 10**9, "min_memory", cg.topological_order)
+    on_chain = {x for c in chains for x in c}
+    assert set(g.nodes) == on_chain
+    for c in chains:
+        for i, x in enumerate(c):
+            expect = set(c[max(0, i - 1):i]) | set(c[i + 1:i + 2])
+            assert set(g.adj[x]) == expect
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_staged_products_and_batched_terms_stay_exact(seed, monkeypatch):
+    """Force the staging of 3-way products and tiny term batches (concatenation tables)."""
+    import tensoropt_py.elimination.table as table
+    from tensoropt_py.frontier import track
+
+    monkeypatch.setattr(table, "_STAGE_FACTOR", 0.0)
+    monkeypatch.setattr(table, "_MAX_TERMS_PER_BATCH", 3)
+    cg = random_small_dag(n_nodes=7, max_k=3, edge_prob=0.5, max_options=2, seed=500 + seed)
+    if cg.n_strategies() > 300_000:
+        pytest.skip("too many strategies for the oracle")
+    bf = brute_force_frontier(cg)
+    for method in ("ldp", "elimination"):
+        fr = track(cg, method=method, exact=True, threads=1)
+        np.testing.assert_allclose(fr.memory, bf.memory, rtol=1e-12)
+        np.testing.assert_allclose(fr.time, bf.time, rtol=1e-12)
+        m, t = evaluate(cg, fr.choices, fr.edge_choices)
+        np.testing.assert_allclose(m, fr.memory, rtol=1e-12)
+        np.testing.assert_allclose(t, fr.time, rtol=1e-12)

@@ -1,0 +1,168 @@
+"""Executor tests under MPI: rescheduling of every layout pair, equivalence with single-process torch,
+collectives = the plan's, the CLI, the abort path and the errors raised before any work.
+
+The MPI work runs in subprocesses (``mpiexec -n N python -m mpi4py ...``); skipped cleanly when
+``mpiexec`` or mpi4py is missing. ``-n 4`` oversubscribes a 2-core machine (slow collectives, but
+correct); each launch pays the torch import, so the checks are batched into few launches.
+"""
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MPI_DIR = ROOT / "tests" / "mpi"
+MPIEXEC = shutil.which("mpiexec")
+
+pytestmark = pytest.mark.skipif(
+    MPIEXEC is None or importlib.util.find_spec("mpi4py") is None, reason="needs mpiexec and mpi4py"
+)
+
+
+def _env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(MPI_DIR), env.get("PYTHONPATH", "")])
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def mpirun(n, *args, timeout=240):
+    cmd = [MPIEXEC, "-n", str(n), sys.executable, "-m", "mpi4py", *map(str, args)]
+    return subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
+
+
+# models and checks per world size (kept small: see the module docstring)
+SUITE = {1: ("mlp,transformer,cnn", 1), 2: ("mlp,transformer,cnn", 2), 4: ("mlp,transformer,cnn", 2)}
+
+
+@pytest.fixture(scope="module", params=sorted(SUITE))
+def suite(request, tmp_path_factory):
+    n = request.param
+    models, k = SUITE[n]
+    out = tmp_path_factory.mktemp(f"suite{n}") / "summary.json"
+    r = mpirun(n, MPI_DIR / "exec_suite.py", out, "--models", models, "--pairs", "8x12", "--random", k)
+    assert r.returncode == 0, f"exec_suite at -n {n} failed:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
+    return n, json.loads(out.read_text())
+
+
+def test_every_layout_pair_reschedules_exactly(suite):
+    n, s = suite
+    res = s["pairs"]["8x12"]
+    # layouts over the fine axes of n devices: R/P/S0/S1 per axis (canonically distinct ones)
+    assert res["layouts"] == {1: 1, 2: 4, 4: 16}[n]
+    assert res["pairs"] >= res["layouts"]
+    if n > 1:
+        assert res["partial_sources"] > 0
+        assert {"slice", "all_gather", "all_reduce", "reduce_scatter", "all_to_all"} <= set(res["kinds"])
+
+
+@pytest.mark.parametrize("model", ["mlp", "transformer", "cnn"])
+def test_plans_train_like_single_process_torch(suite, model):
+    n, s = suite
+    plans = s["models"][model]["plans"]
+    names = [p["plan"] for p in plans]
+    assert {"data_parallel", "min_memory", "min_time"} <= set(names)
+    ran = [p for p in plans if "unsupported" not in p]
+    assert len(ran) >= 3, plans
+    for p in ran:  # the suite already asserted; check the summary too
+        np.testing.assert_allclose(p["losses"], p["reference"], rtol=1e-4, atol=1e-6)
+        assert p["max_param_error"] < 2e-4
+    if n > 1:  # something other than data parallelism communicated
+        assert any(k.startswith(("fwd:", "bwd:")) for p in ran for k in p["collectives"])
+
+
+def _plan(model, n, which, path):
+    import tensoropt_py as to
+
+    sys.path.insert(0, str(MPI_DIR))
+    from exec_models import MODELS
+
+    fr = to.frontier(MODELS[model](), "cpu-1x4", devices=n)
+    fr.plan(which if which >= 0 else len(fr) + which).to_json(path)
+    return path
+
+
+def test_cli_run_writes_report_on_rank_0(tmp_path):
+    plan = _plan("mlp", 2, 0, tmp_path / "plan.json")
+    report = tmp_path / "report.json"
+    r = mpirun(2, "-m", "tensoropt_py", "run", plan, "--model", "exec_models:mlp", "--steps", "3", "--seed", "5",
+               "--report", report, "--optimizer", "sgd", "--lr", "0.1")
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert r.stdout.count("ran 3 steps on 2 ranks") == 1  # only rank 0 prints
+    d = json.loads(report.read_text())
+    assert set(d) >= {"losses", "time", "memory", "communication_time", "collectives"}
+    for k in ("time", "memory", "communication_time"):
+        assert set(d[k]) >= {"predicted", "measured"} and d[k]["measured"] > 0
+    assert len(d["memory"]["per_rank"]) == 2 and d["collectives"]
+    from exec_models import mlp
+    from tensoropt_py.exec.runner import reference_train
+
+    ref, _ = reference_train(mlp(), 3, seed=5, optimizer="sgd", lr=0.1)
+    np.testing.assert_allclose(d["losses"], ref, rtol=1e-4)
+
+
+def test_a_failing_rank_aborts_the_whole_job(tmp_path):
+    plan = _plan("mlp", 2, 0, tmp_path / "plan.json")
+    r = mpirun(2, MPI_DIR / "exec_fail.py", plan, timeout=120)
+    assert r.returncode != 0
+    assert "rank 1: RuntimeError: deliberate failure on rank 1" in r.stderr
+
+
+ERRORS = r"""
+import contextlib, io, sys
+from tensoropt_py.cli import main
+for argv in sys.argv[1:]:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        rc = main(argv.split("|"))
+    print(rc, err.getvalue().strip().replace("\n", " "))
+"""
+
+
+def test_errors_before_any_work(tmp_path):
+    p4 = _plan("mlp", 4, 0, tmp_path / "p4.json")
+    p1 = _plan("mlp", 1, 0, tmp_path / "p1.json")
+    cases = [f"run|{p4}|--model|exec_models:mlp",
+             f"run|{p1}|--model|exec_models:cnn",
+             f"run|{p1}|--model|exec_models:mlp|--calibration|{tmp_path / 'missing.json'}"]
+    r = subprocess.run([sys.executable, "-c", ERRORS, *cases], cwd=ROOT, env=_env(), capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == 3, r.stdout
+    assert lines[0].startswith("2 ") and "plan is for 4 devices but the job has 1 ranks" in lines[0]
+    assert lines[1].startswith("2 ") and "made for another model" in lines[1]
+    assert lines[2].startswith("2 ") and "missing.json" in lines[2]
+
+
+def _gpus():
+    try:
+        import torch
+
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:  # pragma: no cover
+        return 0
+
+
+@pytest.mark.skipif(_gpus() < 1, reason="the NCCL backend needs CUDA GPUs")
+def test_nccl_run_matches_single_process_torch(tmp_path):
+    n = 2 if _gpus() >= 2 else 1
+    plan = _plan("transformer", n, 0, tmp_path / "plan.json")
+    report = tmp_path / "report.json"
+    r = mpirun(n, "-m", "tensoropt_py", "run", plan, "--model", "exec_models:transformer", "--steps", "3",
+               "--backend", "nccl", "--optimizer", "sgd", "--lr", "0.1", "--report", report)
+    assert r.returncode == 0, r.stderr[-4000:]
+    d = json.loads(report.read_text())
+    assert d["backend"] == "nccl"
+    from exec_models import transformer
+    from tensoropt_py.exec.runner import reference_train
+
+    ref, _ = reference_train(transformer(), 3, seed=0, optimizer="sgd", lr=0.1)
+    np.testing.assert_allclose(d["losses"], ref, rtol=1e-3)

@@ -1,0 +1,118 @@
+"""Compiled kernels == their pure NumPy references (provenance and tie-breaking included)."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tensoropt_py.elimination import MAX_SLOTS, combine_ragged, reduce_ragged
+from tensoropt_py.elimination.reference import (
+    combine_reference,
+    reduce_ragged_reference,
+    thin_reference,
+)
+from tensoropt_py.errors import InvalidInputError
+from tensoropt_py.frontier import reduce
+
+
+def random_table(rng, n_cells, max_pts, integer):
+    offs, ms, ts = [0], [], []
+    for _ in range(n_cells):
+        p = int(rng.integers(1, max_pts + 1))
+        if integer:
+            pts = rng.integers(0, 15, size=(p, 2)).astype(float)
+        else:
+            pts = np.stack([10 ** rng.uniform(6, 9, p), 10 ** rng.uniform(-4, -1, p)], axis=1)
+        f = reduce(pts)
+        ms.extend(f[:, 0])
+        ts.extend(f[:, 1])
+        offs.append(len(ms))
+    return np.array(offs), np.array(ms), np.array(ts)
+
+
+def random_job(seed, integer):
+    rng = np.random.default_rng(seed)
+    S = int(rng.integers(1, 5))
+    tables = [random_table(rng, int(rng.integers(1, 6)), int(rng.integers(1, 7)), integer) for _ in range(S)]
+    n_out = int(rng.integers(1, 6))
+    n_terms = rng.integers(0, 6, size=n_out)
+    term_off = np.concatenate([[0], np.cumsum(n_terms)])
+    cells = np.zeros((term_off[-1], S), dtype=np.int64)
+    for s in range(S):
+        lo = -1 if s > 0 else 0  # slot 0 always present; others sometimes absent
+        cells[:, s] = rng.integers(lo, len(tables[s][0]) - 1, size=term_off[-1])
+    return tables, term_off, cells
+
+
+@settings(max_examples=150)
+@given(st.integers(0, 10**6), st.booleans(), st.sampled_from([0.0, 0.0, 0.01, 0.2]))
+def test_combine_matches_reference(seed, integer, eps):
+    tables, term_off, cells = random_job(seed, integer)
+    got = combine_ragged(tables, term_off, cells, epsilon=eps, threads=1)
+    exp = combine_reference(tables, term_off, cells, epsilon=eps)
+    for g, e in zip(got, exp):
+        assert np.array_equal(g, e)
+
+
+@settings(max_examples=40)
+@given(st.integers(0, 10**6))
+def test_combine_threads_identical(seed):
+    rng = np.random.default_rng(seed)
+    # big enough that the work is really split into chunks
+    tables = [random_table(rng, 40, 60, False) for _ in range(2)]
+    n_out = 64
+    term_off = np.arange(n_out + 1) * 40
+    cells = np.stack([rng.integers(0, 40, size=term_off[-1]) for _ in range(2)], axis=1)
+    one = combine_ragged(tables, term_off, cells, epsilon=0.001, threads=1)
+    two = combine_ragged(tables, term_off, cells, epsilon=0.001, threads=2)
+    three = combine_ragged(tables, term_off, cells, epsilon=0.001, threads=3)
+    for a, b, c in zip(one, two, three):
+        assert np.array_equal(a, b) and np.array_equal(a, c)
+
+
+def test_combine_provenance_recomputes_costs():
+    rng = np.random.default_rng(7)
+    tables, term_off, cells = random_job(11, False)
+    off, m, t, prov = combine_ragged(tables, term_off, cells)
+    mm = np.zeros_like(m)
+    tt = np.zeros_like(t)
+    for s, (o, tm, ti) in enumerate(tables):
+        ok = prov[:, s] >= 0
+        mm[ok] += tm[prov[ok, s]]
+        tt[ok] += ti[prov[ok, s]]
+    assert np.allclose(mm, m, rtol=1e-12) and np.allclose(tt, t, rtol=1e-12)
+
+
+@settings(max_examples=80)
+@given(st.lists(st.lists(st.tuples(st.integers(0, 9), st.integers(0, 9)), max_size=12), min_size=1, max_size=6))
+def test_reduce_ragged_matches_reference(groups):
+    counts = [len(g) for g in groups]
+    offs = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    pts = np.array([p for g in groups for p in g], dtype=float).reshape(-1, 2)
+    got = reduce_ragged(offs, pts[:, 0], pts[:, 1])
+    exp = reduce_ragged_reference(offs, pts[:, 0], pts[:, 1])
+    for g, e in zip(got, exp):
+        assert np.array_equal(g, e)
+
+
+@settings(max_examples=60)
+@given(st.lists(st.tuples(st.floats(1, 100), st.floats(0, 100)), min_size=1, max_size=30),
+       st.sampled_from([0.01, 0.1, 1.0]))
+def test_kernel_thinning_matches_reference(raw, eps):
+    f = reduce(np.array(raw))
+    off, m, t, prov = combine_ragged([(np.array([0, len(f)]), f[:, 0], f[:, 1])], [0, 1], [[0]], epsilon=eps)
+    assert prov[:, 0].tolist() == thin_reference(f[:, 0].tolist(), f[:, 1].tolist(), eps)
+
+
+def test_combine_validation_errors():
+    tab = (np.array([0, 2]), np.array([1.0, 2.0]), np.array([2.0, 1.0]))
+    with pytest.raises(InvalidInputError, match="frontier"):
+        combine_ragged([(np.array([0, 2]), np.array([1.0, 2.0]), np.array([1.0, 2.0]))], [0, 1], [[0]])
+    with pytest.raises(InvalidInputError, match="term_cells"):
+        combine_ragged([tab], [0, 1], [[3]])
+    with pytest.raises(InvalidInputError, match="shape"):
+        combine_ragged([tab], [0, 2], [[0]])
+    with pytest.raises(InvalidInputError, match="tables"):
+        combine_ragged([tab] * (MAX_SLOTS + 1), [0, 1], [[0] * (MAX_SLOTS + 1)])
+    with pytest.raises(InvalidInputError, match="threads"):
+        combine_ragged([tab], [0, 1], [[0]], threads=0)

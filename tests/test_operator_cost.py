@@ -1,0 +1,57 @@
+"""Operator cost (Eq. 1): parameter state, saved shards, roofline compute, gradient all-reduce groups."""
+
+import pytest
+
+from tensoropt_py.cluster import Cluster
+from tensoropt_py.cost.comm import CommModel
+from tensoropt_py.cost.compute import ComputeModel
+from tensoropt_py.cost.operator_cost import OperatorCoster
+from tensoropt_py.cost.optimizer import state_bytes_per_param
+from tensoropt_py.errors import InvalidInputError
+from tensoropt_py.graph.ir import DimKind, LoopDim, Operator, OpKind, TensorRole, TensorSpec, TensorUse
+from tensoropt_py.space.configs import enumerate_configs
+
+CL = Cluster.preset("v100-2x8")
+B, K, N = 64, 256, 512
+OP = Operator("fc", OpKind.LINEAR,
+              (LoopDim("b", B, DimKind.SAMPLE), LoopDim("k", K, DimKind.REDUCTION), LoopDim("n", N, DimKind.PARAMETER)),
+              inputs=(TensorUse("x", (("b",), ("k",))),), params=(TensorUse("w", (("k",), ("n",))),),
+              outputs=(TensorUse("y", (("b",), ("n",))),), flops=2 * B * K * N, backward_flops=4 * B * K * N,
+              saved=("x", "w"))
+T = {"x": TensorSpec("x", (B, K)), "y": TensorSpec("y", (B, N)), "w": TensorSpec("w", (K, N), role=TensorRole.PARAMETER)}
+
+
+def by_str(cfgs, s):
+    return [i for i, c in enumerate(cfgs) if str(c) == s][0]
+
+
+@pytest.mark.parametrize("opt,per", [("sgd", 8), ("momentum", 12), ("adam", 16)])
+def test_costs_by_hand(opt, per):
+    cfgs = enumerate_configs(OP, 8)
+    c = OperatorCoster(CL, optimizer=opt).costs(OP, T, cfgs)
+    comm, cm = CommModel(CL), ComputeModel(CL)
+    # model parallel over n on 8 devices: w sharded, x whole (saved), no gradient sync
+    i = by_str(cfgs, "mesh[8] map[-1,-1,0]")
+    assert c.memory[i] == K * N / 8 * per + B * K * 4
+    assert c.comm_time[i] == 0
+    moved = (B * K + K * N / 8 + B * N / 8) * 4
+    assert c.compute_time[i] == pytest.approx(cm.time(2 * B * K * N / 8, moved) + cm.time(4 * B * K * N / 8, 2 * moved))
+    # mesh [2,4]: batch over the first axis (devices 0-3 vs 4-7), n over the second: all-reduce w over b's groups
+    i = by_str(cfgs, "mesh[2,4] map[0,-1,1]")
+    assert c.comm_time[i] == pytest.approx(
+        comm.collective_time("all_reduce", K * N / 4 * 4, ((0, 4), (1, 5), (2, 6), (3, 7))))
+    # replicating axes repeat the work and need no reduction
+    i = by_str(cfgs, "mesh[2,4] map[0,-1,-1]")
+    assert c.comm_time[i] == pytest.approx(comm.collective_time("all_reduce", K * N * 4, ((0, 4), (1, 5), (2, 6), (3, 7))))
+    assert c.compute_time[i] == pytest.approx(cm.time(2 * B * K * N / 2, (B * K / 2 + K * N + B * N / 2) * 4)
+                                              + cm.time(4 * B * K * N / 2, 2 * (B * K / 2 + K * N + B * N / 2) * 4))
+    assert state_bytes_per_param(opt) == per
+
+
+def test_exclude_saved_and_bad_optimizer():
+    cfgs = enumerate_configs(OP, 2)
+    full = OperatorCoster(CL).costs(OP, T, cfgs)
+    ex = OperatorCoster(CL).costs(OP, T, cfgs, exclude_saved=("x",))
+    assert (full.memory - ex.memory == full.saved_memory).all() and (ex.saved_memory == 0).all()
+    with pytest.raises(InvalidInputError, match="unknown optimizer 'rmsprop'"):
+        OperatorCoster(CL, optimizer="rmsprop")

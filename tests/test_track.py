@@ -1,0 +1,230 @@
+"""track(): exact frontier vs brute force, achievability, epsilon guarantee, threads, errors."""
+
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from tensoropt_py.errors import InvalidInputError
+from tensoropt_py.frontier import (
+    CostGraph,
+    LayoutEdge,
+    TrackedFrontier,
+    brute_force_frontier,
+    evaluate,
+    track,
+)
+from tensoropt_py.frontier.random_graphs import random_chain, random_layered_dag, random_small_dag
+
+METHODS = ["ldp", "elimination"]
+
+
+@st.composite
+def small_dags(draw):
+    cg = random_small_dag(
+        n_nodes=draw(st.integers(1, 8)),
+        max_k=draw(st.integers(1, 4)),
+        edge_prob=draw(st.sampled_from([0.2, 0.35, 0.5, 0.7])),
+        multi_edge_prob=draw(st.sampled_from([0.0, 0.2, 0.4])),
+        layout_prob=draw(st.sampled_from([0.0, 0.3, 0.7])),
+        max_options=draw(st.integers(1, 3)),
+        inf_prob=draw(st.sampled_from([0.0, 0.3])),
+        seed=draw(st.integers(0, 2**32 - 1)),
+        integer_costs=True,
+    )
+    assume(cg.n_strategies() <= 100_000)
+    return cg
+
+
+def assert_achievable(cg, fr):
+    m, t = evaluate(cg, fr.choices, fr.edge_choices)
+    np.testing.assert_allclose(m, fr.memory, rtol=1e-9)
+    np.testing.assert_allclose(t, fr.time, rtol=1e-9)
+    assert np.all(np.diff(fr.memory) > 0) and np.all(np.diff(fr.time) < 0)
+    assert fr.choices.shape == (len(fr), cg.n_nodes) and fr.choices.dtype == np.int64
+    assert fr.edge_choices.shape == (len(fr), cg.n_edges) and fr.edge_choices.dtype == np.int64
+
+
+def assert_same_frontier(a, b):
+    assert len(a) == len(b), (a.points(), b.points())
+    np.testing.assert_allclose(a.memory, b.memory, rtol=1e-9)
+    np.testing.assert_allclose(a.time, b.time, rtol=1e-9)
+
+
+@settings(max_examples=150)
+@given(small_dags())
+def test_exact_equals_brute_force(cg):
+    bf = brute_force_frontier(cg)
+    for method in METHODS:
+        fr = track(cg, method=method, exact=True, threads=1)
+        assert fr.n_heuristic == 0
+        assert_same_frontier(fr, bf)
+        assert_achievable(cg, fr)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_dense_small_dags_equal_brute_force(seed):
+    """Deterministic sweep of the hardest small cases: 7-8 nodes, many edges (branch elimination)."""
+    cg = random_small_dag(n_nodes=7 + seed % 2, max_k=3, edge_prob=0.5, multi_edge_prob=0.2,
+                          layout_prob=0.4, max_options=1 + (seed % 3 == 0), seed=seed)
+    if cg.n_strategies() > 300_000:
+        pytest.skip("too many strategies for the oracle")
+    bf = brute_force_frontier(cg)
+    for method in METHODS:
+        fr = track(cg, method=method, exact=True, threads=2)
+        assert_same_frontier(fr, bf)
+        assert_achievable(cg, fr)
+
+
+@settings(max_examples=60)
+@given(small_dags(), st.sampled_from([0.01, 0.1, 0.5]))
+def test_epsilon_guarantee_against_brute_force(cg, eps):
+    bf = brute_force_frontier(cg)
+    for method in METHODS:
+        fr = track(cg, method=method, exact=True, epsilon=eps, threads=1)
+        assert_achievable(cg, fr)
+        bound = fr.memory_bound_factor
+        assert bound == (1 + eps) ** fr.epsilon_depth
+        for m, t in zip(bf.memory, bf.time):
+            ok = (fr.time <= t * (1 + 1e-12)) & (fr.memory <= bound * m * (1 + 1e-12))
+            assert ok.any(), (m, t, fr.points())
+        # the min-time strategy is never lost
+        assert fr.time[-1] == pytest.approx(bf.time[-1], rel=1e-12)
+
+
+@settings(max_examples=60)
+@given(small_dags(), st.integers(1, 4))
+def test_heuristic_results_are_achievable_and_dominated_by_truth(cg, max_configs):
+    bf = brute_force_frontier(cg)
+    for method in METHODS:
+        fr = track(cg, method=method, exact=False, max_configs=max_configs, threads=1)
+        assert_achievable(cg, fr)
+        # nothing better than the true frontier
+        for m, t in zip(fr.memory, fr.time):
+            assert np.any((bf.memory <= m * (1 + 1e-12)) & (bf.time <= t * (1 + 1e-12)))
+
+
+def test_heuristic_is_used_and_counted():
+    cg = random_layered_dag(6, 3, 4, skip_prob=0.5, seed=2)
+    fr = track(cg, exact=False, max_configs=4, threads=1)
+    assert fr.n_heuristic > 0
+    assert fr.stats["heuristic_runs"] == 2
+    assert_achievable(cg, fr)
+    for h in ("min_memory", "weighted"):
+        one = track(cg, exact=False, max_configs=4, heuristic=h, threads=1)
+        assert_achievable(cg, one)
+        # "auto" keeps the reduced union of both: it weakly dominates each
+        for m, t in zip(one.memory, one.time):
+            assert np.any((fr.memory <= m) & (fr.time <= t))
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("layouts", [None, 4])
+def test_large_layered_dags_are_achievable(method, layouts):
+    # realistic float costs: exact frontiers of partial strategies get huge, so thin them
+    cg = random_layered_dag(14, 3, 6, layouts=layouts, options=2, skip_prob=0.3, seed=11)
+    fr = track(cg, method=method, exact=False, epsilon=0.01, max_configs=64)
+    assert len(fr) > 1 and fr.n_heuristic > 0
+    assert_achievable(cg, fr)
+    # integer costs keep exact frontiers small: epsilon = 0
+    cgi = random_layered_dag(14, 3, 6, layouts=layouts, options=2, skip_prob=0.3, seed=12, integer_costs=True)
+    fr = track(cgi, method=method, exact=False, max_configs=64)
+    assert len(fr) > 1
+    assert_achievable(cgi, fr)
+
+
+@pytest.mark.parametrize("layouts", [None, 8])
+def test_long_chains_with_epsilon_are_achievable(layouts):
+    cg = random_chain(120, 16, layouts=layouts, options=2, seed=5)
+    fr = track(cg, epsilon=1e-3)
+    assert fr.n_heuristic == 0 and fr.epsilon_depth > 0 and len(fr) > 10
+    assert_achievable(cg, fr)
+
+
+@pytest.mark.parametrize("layouts", [None, 8])
+def test_epsilon_bound_on_long_chains(layouts):
+    cg = random_chain(60, 16, layouts=layouts, options=2, seed=6, integer_costs=True)
+    exact = track(cg, exact=True)
+    assert_achievable(cg, exact)
+    for eps in (1e-3, 0.05):
+        fr = track(cg, exact=True, epsilon=eps)
+        assert_achievable(cg, fr)
+        bound = fr.memory_bound_factor
+        for m, t in zip(exact.memory, exact.time):
+            assert np.any((fr.time <= t) & (fr.memory <= bound * m * (1 + 1e-12)))
+
+
+def test_chain_ldp_equals_elimination_exactly():
+    cg = random_chain(12, 6, layouts=3, options=2, seed=9, integer_costs=True)
+    a = track(cg, method="ldp", exact=True)
+    b = track(cg, method="elimination", exact=True)
+    assert_same_frontier(a, b)
+    assert a.stats["ldp_steps"] == 11 and b.stats["node"] > 0
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_threads_give_identical_results(method):
+    cg = random_layered_dag(10, 3, 12, layouts=4, options=2, skip_prob=0.3, seed=4)
+    a = track(cg, method=method, epsilon=1e-3, max_configs=128, threads=1)
+    b = track(cg, method=method, epsilon=1e-3, max_configs=128, threads=2)
+    for f in ("memory", "time", "choices", "edge_choices"):
+        assert np.array_equal(getattr(a, f), getattr(b, f))
+    c1 = random_chain(60, 48, layouts=6, seed=1)
+    a = track(c1, method="ldp", epsilon=1e-4, threads=1)
+    b = track(c1, method="ldp", epsilon=1e-4, threads=2)
+    assert np.array_equal(a.memory, b.memory) and np.array_equal(a.choices, b.choices)
+
+
+def test_components_isolated_nodes_k1_and_multi_edges():
+    nodes = [np.array([[1.0, 3.0], [3.0, 1.0]]), np.array([[0.0, 1.0]]), np.array([[2.0, 2.0], [1.0, 4.0]]),
+             np.array([[5.0, 0.0]])]
+    cost = np.zeros((2, 1, 2, 2))
+    cost[:, :, 1] = [1.0, -0.0]
+    cost[:, :, 0] = [0.0, 1.0]
+    edges = [(0, 1, cost), (0, 1, LayoutEdge([0, 0], [0], np.ones((1, 1, 2))))]
+    cg = CostGraph(nodes, edges)
+    bf = brute_force_frontier(cg)
+    for method in METHODS:
+        fr = track(cg, method=method, exact=True)
+        assert_same_frontier(fr, bf)
+        assert_achievable(cg, fr)
+
+
+def test_single_node_graph():
+    cg = CostGraph([np.array([[3.0, 1.0], [1.0, 3.0], [2.0, 2.0], [2.0, 5.0]])], [])
+    fr = track(cg, exact=True)
+    assert fr.memory.tolist() == [1.0, 2.0, 3.0] and fr.choices[:, 0].tolist() == [1, 2, 0]
+    assert fr.edge_choices.shape == (3, 0)
+
+
+def test_tracked_frontier_is_frozen_and_prints():
+    fr = track(random_chain(3, 2, seed=0), exact=True)
+    assert isinstance(fr, TrackedFrontier)
+    with pytest.raises(AttributeError):
+        fr.memory = None
+    assert str(fr).startswith("TrackedFrontier(points=")
+    assert fr.method == "ldp" and fr.exact and fr.epsilon == 0.0 and fr.seconds >= 0
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"method": "dp"}, r"method must be one of \('ldp', 'elimination'\), got 'dp'"),
+        ({"epsilon": -1.0}, "epsilon must be a finite float >= 0, got -1.0"),
+        ({"epsilon": float("inf")}, "epsilon must be a finite float >= 0"),
+        ({"threads": 0}, "threads must be None or an integer >= 1, got 0"),
+        ({"threads": 1.5}, "threads must be None or an integer >= 1"),
+        ({"max_configs": 0}, "max_configs must be an integer >= 1, got 0"),
+        ({"heuristic": "best"}, "heuristic must be one of"),
+        ({"exact": "yes"}, "exact must be a bool"),
+    ],
+)
+def test_bad_arguments(kwargs, match):
+    cg = random_chain(3, 2, seed=0)
+    with pytest.raises(InvalidInputError, match=match):
+        track(cg, **kwargs)
+
+
+def test_track_rejects_non_cost_graph():
+    with pytest.raises(InvalidInputError, match="cg must be a CostGraph"):
+        track([np.zeros((2, 2))])
