@@ -4,6 +4,10 @@ Run: ``python benchmarks/bench_cost_graph.py [--devices 8 16 32] [--models trans
 Prints, per model and device count, the build time, the config counts per operator kind,
 the number of layout classes and rescheduling searches. Uses ``tensoropt_py.models`` when
 it provides the model, else the small stand-ins defined here.
+
+``--reference`` also times the original construction (``build_cost_graph(..., reference=True)``)
+and ``--check`` verifies that the fast build equals it exactly (node costs, configs, layout
+classes, edge tables, decoded strategies) on a few small models with 4 and 8 devices.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from __future__ import annotations
 import argparse
 import time
 from collections import defaultdict
+
+import numpy as np
 
 from tensoropt_py.cluster import Cluster
 from tensoropt_py.cost.builder import build_cost_graph
@@ -57,25 +63,72 @@ def _model(name):
         return {"transformer": transformer, "mlp": mlp}[name]()
 
 
+def same_cost_graph(a, b) -> bool:
+    """Whether two ModelCostGraphs are identical (costs, configs, layout classes, tables, decodes)."""
+    if a.op_names != b.op_names or a.configs != b.configs or a.edges != b.edges or a.edge_index != b.edge_index:
+        return False
+    if not all(np.array_equal(x, y) for x, y in zip(a.node_costs, b.node_costs)):
+        return False
+    for (sa, da, ta), (sb, db, tb) in zip(a.edge_tables, b.edge_tables):
+        if not (np.array_equal(sa, sb) and np.array_equal(da, db) and np.array_equal(ta, tb)):
+            return False
+    row = a.data_parallel_choice()
+    return a.decode(row) == b.decode(row)
+
+
+def check(cluster) -> bool:
+    """Fast builder == reference builder on small models, devices 4 and 8."""
+    ok = True
+    for name in ("mlp", "small_transformer", "small_cnn", "rnn"):
+        try:
+            from tensoropt_py import models
+
+            g = getattr(models, name)()
+        except Exception:  # noqa: BLE001 - zoo missing: the stand-ins
+            g = mlp(batch=32, width=64) if name != "small_transformer" else transformer(1, 8, 16, 64, 4, 128)
+        for n in (4, 8):
+            for kw in ({}, {"mesh_tensorflow": True}):
+                t0 = time.perf_counter()
+                fast = build_cost_graph(g, cluster, n, **kw)
+                t1 = time.perf_counter()
+                ref = build_cost_graph(g, cluster, n, reference=True, **kw)
+                t2 = time.perf_counter()
+                same = same_cost_graph(fast, ref)
+                ok &= same
+                print(f"check {name:18s} N={n} {str(kw):28s} fast {t1 - t0:6.2f}s ref {t2 - t1:6.2f}s "
+                      f"{'identical' if same else 'DIFFERENT'}")
+    return ok
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--devices", type=int, nargs="+", default=[8, 16, 32])
     ap.add_argument("--models", nargs="+", default=["mlp", "transformer"])
+    ap.add_argument("--reference", action="store_true", help="also time the original (reference) construction")
+    ap.add_argument("--check", action="store_true", help="check fast == reference on small models, then exit")
     args = ap.parse_args(argv)
     cl = Cluster.preset("h100-4x8")
-    print(f"{'model':12s} {'N':>3s} {'ops':>4s} {'build s':>8s} {'configs':>8s} {'searches':>8s}  configs per op kind (max)")
+    if args.check:
+        raise SystemExit(0 if check(cl) else 1)
+    print(f"{'model':12s} {'N':>3s} {'ops':>4s} {'build s':>8s} {'ref s':>8s} {'configs':>8s} {'searches':>8s}  "
+          "configs per op kind (max)")
     for name in args.models:
         g = _model(name)
         for n in args.devices:
             t0 = time.perf_counter()
             mcg = build_cost_graph(g, cl, n)
             dt = time.perf_counter() - t0
+            ref = "-"
+            if args.reference:
+                t0 = time.perf_counter()
+                rmcg = build_cost_graph(g, cl, n, reference=True)
+                ref = f"{time.perf_counter() - t0:.2f}" + ("" if same_cost_graph(mcg, rmcg) else "!DIFF")
             per_kind = defaultdict(int)
             for op, cfgs in zip(g.operators, mcg.configs):
                 per_kind[op.kind.value] = max(per_kind[op.kind.value], len(cfgs))
             total = sum(len(c) for c in mcg.configs)
             info = mcg.rescheduler.cache_info()
-            print(f"{name:12s} {n:3d} {len(g.operators):4d} {dt:8.2f} {total:8d} {info['searches']:8d}  "
+            print(f"{name:12s} {n:3d} {len(g.operators):4d} {dt:8.2f} {ref:>8s} {total:8d} {info['searches']:8d}  "
                   + " ".join(f"{k}={v}" for k, v in sorted(per_kind.items())))
 
 

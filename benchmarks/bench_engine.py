@@ -101,7 +101,7 @@ def bench_kernels(quick):
 def bench_ldp_vs_elim(quick):
     print("## 2. FT-LDP vs FT-Elimination on chains (exact methods, same epsilon)\n")
     rows = []
-    cases = [(30, 16, None, 1e-3), (30, 32, None, 1e-3)] if quick else [(50, 16, None, 1e-3), (50, 32, None, 1e-3), (50, 64, None, 1e-3), (50, 64, 8, 1e-3)]
+    cases = [(30, 16, None, 1e-3), (30, 32, None, 1e-3)] if quick else [(50, 16, None, 1e-3), (50, 32, None, 1e-3), (25, 64, None, 1e-3), (50, 64, 8, 1e-3), (50, 128, 16, 1e-3)]
     for n, k, lay, eps in cases:
         cg = random_chain(n, k, layouts=lay, seed=1)
         ta, a = timed(track, cg, method="ldp", epsilon=eps, threads=1)
@@ -115,7 +115,7 @@ def bench_threads(quick):
     rows = []
     cases = [("chain", random_chain(100 if quick else 300, 128, layouts=16, seed=2)),
              ("chain dense", random_chain(40 if quick else 80, 64, seed=2)),
-             ("layered DAG", random_layered_dag(20 if quick else 50, 4, 16, layouts=4, options=2, seed=3))]
+             ("layered DAG", random_layered_dag(10 if quick else 30, 2, 16, layouts=4, options=2, seed=3))]
     for name, cg in cases:
         c0 = time.process_time()
         t1, a = timed(track, cg, epsilon=1e-3, threads=1)
@@ -142,11 +142,12 @@ def bench_dense_vs_layout(quick):
         short_l = CostGraph(cg_l.node_costs[:8], cg_l.edges[:7])
         short_d = CostGraph(cg_l.node_costs[:8], [(u, v, e.dense()) for u, v, e in cg_l.edges[:7]])
         ea, eb = track(short_l, exact=True), track(short_d, exact=True)
-        same = np.array_equal(ea.memory, eb.memory) and np.array_equal(ea.time, eb.time)
+        same = (len(ea) == len(eb) and np.array_equal(ea.choices, eb.choices)
+                and np.allclose(ea.memory, eb.memory, rtol=1e-12) and np.allclose(ea.time, eb.time, rtol=1e-12))
         rows.append([n, k, A, f"{td:.2f}", f"{tl:.2f}", f"{td / tl:.1f}x", b.stats["terms"], a.stats["terms"],
                      f"{max(loss(b, a), loss(a, b)):.1e}", same])
     table(rows, ["n", "K", "layouts", "dense s", "layout s", "layout speed-up", "dense terms", "layout terms",
-                 "gap between the two eps results", "identical exact (8-node prefix)"])
+                 "gap between the two eps results", "same exact frontier (8-node prefix)"])
 
 
 def loss(exact, approx):
@@ -165,7 +166,7 @@ def bench_epsilon(quick):
               ("chain 40 x K32 layouts 8", random_chain(40, 32, layouts=8, seed=5))]
     if not quick:
         graphs += [("chain 100 x K32 layouts 8", random_chain(100, 32, layouts=8, seed=6)),
-                   ("layered 8x3 K8 (exact)", random_layered_dag(8, 3, 8, options=2, seed=7))]
+                   ("layered 10x2 K8", random_layered_dag(10, 2, 8, options=2, seed=7))]
     for name, cg in graphs:
         te, ex = timed(track, cg, exact=True, threads=1)
         for eps in (1e-4, 1e-3, 1e-2):
@@ -183,7 +184,7 @@ kind, n, k, lay, eps, method = {args!r}
 if kind == "chain":
     cg = random_chain(n, k, layouts=lay, seed=11)
 else:
-    cg = random_layered_dag(n // 4, 4, k, layouts=lay, options=2, skip_prob=0.2, seed=11)
+    cg = random_layered_dag(n // 2, 2, k, layouts=lay, options=2, skip_prob=0.2, seed=11)
 def hwm():
     # VmHWM is the peak RSS of this process image (unlike ru_maxrss, not inherited over fork+exec)
     for line in open("/proc/self/status"):
@@ -211,10 +212,11 @@ def run_case(args, timeout):
 
 
 def bench_scale(quick):
-    print("## 6. scale (threads = all cores, each case in a fresh process; peak = max RSS of that process)\n")
+    print("## 6. scale (threads = all cores, each case in a fresh process; peak = VmHWM of that process;"
+          " layered = width-2 layered DAG with skip edges)\n")
     if quick:
-        cases = [("chain", 100, 16, 4, 1e-3, "ldp"), ("chain", 100, 128, 16, 1e-3, "ldp"), ("chain", 100, 16, None, 0.0, "ldp"),
-                 ("layered", 100, 16, 4, 1e-3, "ldp"), ("chain", 500, 128, 16, 1e-3, "ldp")]
+        cases = [("chain", 100, 16, 4, 1e-3, "ldp"), ("chain", 100, 128, 16, 1e-3, "ldp"), ("chain", 60, 16, None, 0.0, "ldp"),
+                 ("layered", 40, 16, 4, 1e-3, "ldp"), ("chain", 500, 128, 16, 1e-3, "ldp")]
         timeout = 60
     else:
         cases = [
@@ -230,11 +232,10 @@ def bench_scale(quick):
             ("chain", 2000, 256, 16, 1e-3, "ldp"),
             ("layered", 100, 16, 4, 1e-3, "ldp"),
             ("layered", 100, 16, 4, 1e-3, "elimination"),
-            ("layered", 500, 32, 8, 1e-3, "ldp"),
-            ("layered", 500, 16, None, 1e-3, "ldp"),
-            ("layered", 2000, 16, 4, 1e-3, "ldp"),
+            ("layered", 100, 16, None, 1e-3, "ldp"),
+            ("layered", 300, 16, 4, 1e-3, "ldp"),
         ]
-        timeout = 300
+        timeout = 150
     rows = []
     for c in cases:
         r = run_case(c, timeout)

@@ -140,6 +140,8 @@ def _check_devices(devices, cluster) -> int:
         raise InvalidInputError(f"devices must be a positive int, got {devices!r}")
     devices = int(devices)
     valid = tuple(cluster.device_counts())
+    if devices < 1:
+        raise InvalidInputError(f"devices must be a positive int, got {devices}; valid counts on {cluster.name}: {valid}")
     if devices not in valid:
         raise InvalidInputError(f"devices={devices} is not a usable device count of {cluster.name}; valid: {valid}")
     return devices
@@ -153,21 +155,30 @@ def turning_point(memory, time) -> int:
     turning point is the point farthest below the straight line joining the
     minimum-memory end to the minimum-time end (the "knee", Kneedle's criterion).
     Left of it, time drops fast as memory grows; right of it, extra memory buys little.
-    With fewer than three points the minimum-time end is returned.
+    With fewer than three points, or when no point lies strictly below the chord (a
+    straight or concave trade-off has no knee), the minimum-time end is returned.
+    Ties go to the point with less memory.
 
     Examples
     --------
     >>> turning_point([1, 2, 3, 4], [10, 2, 1.5, 1.2])
     1
     """
-    m = np.asarray(memory, dtype=float)
-    t = np.asarray(time, dtype=float)
-    if m.size < 3:
+    m = np.asarray(memory, dtype=float).ravel()
+    t = np.asarray(time, dtype=float).ravel()
+    if m.shape != t.shape:
+        raise InvalidInputError(f"memory and time must have the same length, got {m.size} and {t.size}")
+    if m.size == 0:
+        raise InvalidInputError("turning_point of an empty frontier")
+    if m.size < 3 or not (m[-1] > m[0] and t[0] > t[-1]):
         return int(m.size - 1)
-    mn = (m - m[0]) / max(m[-1] - m[0], 1e-300)
-    tn = (t - t[-1]) / max(t[0] - t[-1], 1e-300)
+    mn = (m - m[0]) / (m[-1] - m[0])
+    tn = (t - t[-1]) / (t[0] - t[-1])
     # The chord runs from (0, 1) to (1, 0): distance below it is proportional to 1 - mn - tn.
-    return int(np.argmax(1.0 - mn - tn))
+    below = 1.0 - mn - tn
+    best = int(np.argmax(below))
+    # No point strictly below the chord (a straight or concave trade-off): no knee.
+    return best if below[best] > 1e-12 else int(m.size - 1)
 
 
 @dataclass(frozen=True, eq=False)
@@ -244,10 +255,11 @@ class Frontier:
         cap = float(parse_bytes(memory_cap))
         fits = np.flatnonzero(self.memory <= cap)
         if fits.size == 0:
+            smallest = float(self.memory.min())
             raise InfeasibleError(
-                f"no strategy of {self.model} on {self.devices} devices fits in {cap / 1e9:.3f} GB per device; "
-                f"the smallest needs {self.memory.min() / 1e9:.3f} GB",
-                min_memory=float(self.memory.min()), memory_cap=cap,
+                f"no strategy of {self.model} on {self.devices} devices fits under the memory cap of "
+                f"{_fmt_bytes(cap)} per device; the smallest memory any strategy needs is {_fmt_bytes(smallest)}",
+                min_memory=smallest, memory_cap=cap,
             )
         # Time strictly decreases along the frontier: the last fitting point is the fastest.
         return int(fits[-1])
@@ -258,8 +270,8 @@ class Frontier:
 
     def table(self, *, mark: int | None = None, limit: int = 40) -> str:
         """The frontier as a text table (memory per device, seconds per iteration)."""
-        mem_unit, mem_div = ("GB", 1e9) if self.memory.max() >= 1e9 else ("MB", 1e6)
-        t_unit, t_div = ("s", 1.0) if self.time.max() >= 1.0 else ("ms", 1e-3)
+        mem_unit, mem_div = _unit(self.memory, MEMORY_UNITS[1:])
+        t_unit, t_div = _unit(self.time, TIME_UNITS[1:])
         lines = [f"{'#':>4}  {'memory ' + mem_unit:>11}  {'time ' + t_unit:>10}  {'compute ' + t_unit:>11}  "
                  f"{'comm ' + t_unit:>10}"]
         idx = np.arange(len(self))
@@ -319,9 +331,13 @@ class Frontier:
             if not path.exists():
                 raise InvalidInputError(f"frontier file {str(path)!r} does not exist")
             text = path.read_text(encoding="utf-8")
-        data = json.loads(text)
-        if data.get("format") != FRONTIER_FORMAT:
-            raise InvalidInputError(f"not a tensoropt_py frontier: format {data.get('format')!r}")
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InvalidInputError(f"frontier is not valid JSON: {exc}") from None
+        if not isinstance(data, dict) or data.get("format") != FRONTIER_FORMAT:
+            fmt = data.get("format") if isinstance(data, dict) else None
+            raise InvalidInputError(f"not a tensoropt_py frontier: format {fmt!r}, expected {FRONTIER_FORMAT!r}")
         arrays = {k: np.asarray(data[k], dtype=float) for k in ("memory", "time", "compute_time", "communication_time")}
         n = len(arrays["memory"])
         return cls(
@@ -333,6 +349,30 @@ class Frontier:
             seconds=data.get("seconds", {}), optimizer=data.get("optimizer", "adam"),
             model_fingerprint=data.get("model_fingerprint", ""),
         )
+
+
+def _fmt_bytes(nbytes: float) -> str:
+    """Bytes for messages: short, but precise enough to tell a cap from the memory it misses."""
+    for unit, div in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(nbytes) >= div:
+            return f"{nbytes / div:.4g} {unit} ({nbytes:.6g} bytes)"
+    return f"{nbytes:.6g} bytes"
+
+
+def _unit(values, units):
+    """The largest (name, divisor) of ``units`` (ascending) that the largest finite value reaches."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    top = float(np.abs(v).max()) if v.size else 0.0
+    name, div = units[0]
+    for n, d in units:
+        if top >= d:
+            name, div = n, d
+    return name, div
+
+
+MEMORY_UNITS = (("B", 1.0), ("kB", 1e3), ("MB", 1e6), ("GB", 1e9), ("TB", 1e12))
+TIME_UNITS = (("us", 1e-6), ("ms", 1e-3), ("s", 1.0))
 
 
 def _fingerprint(graph) -> str:
@@ -448,12 +488,14 @@ def frontier(
     for i, costs in enumerate(mcg.node_costs):
         compute += np.asarray(costs)[choices[:, i], 2]
     time = np.asarray(tracked.time, dtype=float)
-    heuristic = int(getattr(tracked, "heuristic_eliminations", 0))
+    # TrackedFrontier counts heuristic eliminations in ``n_heuristic``; any, epsilon thinning,
+    # a config cap or the Mesh-TensorFlow restriction make the result not the exact frontier.
+    heuristic = int(getattr(tracked, "n_heuristic", getattr(tracked, "heuristic_eliminations", 0)))
     return Frontier(
         memory=np.asarray(tracked.memory, dtype=float), time=time, compute_time=compute,
         communication_time=np.maximum(time - compute, 0.0), choices=choices,
         edge_choices=np.asarray(tracked.edge_choices, dtype=np.int64), devices=devices, model=graph.name,
-        cluster=cl.name, exact=bool(heuristic == 0 and epsilon == 0 and not mesh_tensorflow), epsilon=float(epsilon),
+        cluster=cl.name, exact=bool(heuristic == 0 and epsilon == 0 and not mesh_tensorflow and max_configs is None), epsilon=float(epsilon),
         heuristic_eliminations=heuristic, seconds={"build": t1 - t0, "track": t2 - t1},
         model_cost_graph=mcg, model_fingerprint=_fingerprint(graph), optimizer=optimizer,
     )
@@ -477,17 +519,25 @@ class Profile:
     min_memory: np.ndarray = field(default=None, repr=False)
 
     def table(self) -> str:
-        lines = [f"{'devices':>8}  {'best time s':>12}  {'memory GB':>10}  {'min memory GB':>14}"]
+        """Devices, best time, its memory and the least memory any strategy needs, per device count."""
+        mems = [self.memory] + ([] if self.min_memory is None else [self.min_memory])
+        m_unit, m_div = _unit(np.concatenate([np.ravel(m) for m in mems]), MEMORY_UNITS[1:])
+        t_unit, t_div = _unit(self.time, TIME_UNITS[1:])
+        lines = [f"{'devices':>8}  {'best time ' + t_unit:>13}  {'memory ' + m_unit:>10}"
+                 + ("" if self.min_memory is None else f"  {'min memory ' + m_unit:>14}")]
         for i, d in enumerate(self.devices):
             fits = math.isfinite(self.time[i])
-            t = f"{self.time[i]:>12.4f}" if fits else f"{'does not fit':>12}"
-            m = f"{self.memory[i] / 1e9:>10.3f}" if fits else f"{'-':>10}"
-            mm = "" if self.min_memory is None else f"{self.min_memory[i] / 1e9:>14.3f}"
-            lines.append(f"{d:>8}  {t}  {m}  {mm}")
+            t = f"{self.time[i] / t_div:>13.4f}" if fits else f"{'does not fit':>13}"
+            m = f"{self.memory[i] / m_div:>10.3f}" if fits else f"{'-':>10}"
+            mm = "" if self.min_memory is None else f"  {self.min_memory[i] / m_div:>14.3f}"
+            lines.append(f"{d:>8}  {t}  {m}{mm}")
         return "\n".join(lines)
 
     def __str__(self):
-        return f"Profile({self.model} on {self.cluster}, cap {self.memory_cap / 1e9:.2f} GB)\n" + self.table()
+        from .units import format_bytes
+
+        return (f"Profile({self.model} on {self.cluster}, memory cap {format_bytes(self.memory_cap)} per device)\n"
+                + self.table())
 
     def plot(self, path=None, baselines: dict | None = None, **kwargs):
         """Fig. 8 style: device count vs best time (``baselines``: name -> times per count)."""
@@ -495,7 +545,9 @@ class Profile:
 
         series = {"TensorOpt": self.time}
         series.update(baselines or {})
-        kwargs.setdefault("title", f"{self.model} on {self.cluster} (cap {self.memory_cap / 1e9:.1f} GB)")
+        from .units import format_bytes
+
+        kwargs.setdefault("title", f"{self.model} on {self.cluster} (memory cap {format_bytes(self.memory_cap)})")
         return plot_profile(self.devices, series, path=path, **kwargs)
 
 
@@ -532,7 +584,13 @@ def find_strategy(
         Bytes per device or a string like ``"14.5GB"``; default device memory / 1.1.
     refine : {"mcmc"}, optional
         Refine the frontier's candidates under the cap with the FlexFlow simulator and
-        MCMC (``budget``: e.g. ``"30s"``); the plan then carries ``simulated_time``.
+        MCMC; the plan then carries ``simulated_time`` (``time`` stays the additive estimate).
+        Not available with ``profiling``.
+    budget : int or str, optional
+        MCMC budget: proposals (``1000`` or ``"1000"``) or wall-clock time (``"30s"``);
+        default 2000 proposals.
+    seed : int, optional
+        MCMC seed: the same seed and an iteration budget give the same plan.
 
     Returns
     -------
@@ -559,27 +617,35 @@ def find_strategy(
     cap = _memory_cap(memory_cap, cl)
     kw = dict(method=method, exact=exact, epsilon=epsilon, optimizer=optimizer)
 
+    if refine is not None and budget is not None:
+        from .soap.refine import parse_budget
+
+        parse_budget(budget)  # a bad budget fails before any frontier is computed
     if option == "mini_time":
-        if devices is not None and not isinstance(devices, (int, np.integer)):
-            raise InvalidInputError(f"mini_time takes one device count, got {devices!r}")
+        if devices is not None and (isinstance(devices, bool) or not isinstance(devices, (int, np.integer))):
+            raise InvalidInputError(f"mini_time takes one device count (a positive int), got {devices!r}")
         fr = frontier(graph, cl, devices, **kw)
         plan = fr.pick(cap)
         return _refine(plan, fr, graph, cl, cap, budget, seed) if refine else plan
 
     counts = _device_counts(devices, cl)
     if option == "mini_parallelism":
-        smallest = math.inf
+        smallest, at = math.inf, None
         for n in counts:
             fr = frontier(graph, cl, n, **kw)
-            smallest = min(smallest, float(fr.memory.min()))
+            if fr.memory.min() < smallest:
+                smallest, at = float(fr.memory.min()), n
             if fr.memory.min() <= cap:
                 plan = fr.pick(cap)
                 return _refine(plan, fr, graph, cl, cap, budget, seed) if refine else plan
         raise InfeasibleError(
-            f"{graph.name} fits on none of the device counts {counts} of {cl.name} under {cap / 1e9:.3f} GB per "
-            f"device; the smallest memory any strategy needs is {smallest / 1e9:.3f} GB (at {counts[-1]} devices)",
+            f"{graph.name} fits on none of the device counts {list(counts)} of {cl.name} under the memory cap of "
+            f"{_fmt_bytes(cap)} per device; the smallest memory any strategy needs is {_fmt_bytes(smallest)} "
+            f"(at {at} devices)",
             min_memory=smallest, memory_cap=cap,
         )
+    if refine:
+        raise InvalidInputError("refine='mcmc' applies to mini_time and mini_parallelism, not to profiling")
 
     times, mems, mins, plans = [], [], [], []
     for n in counts:
@@ -604,6 +670,8 @@ def _device_counts(devices, cluster) -> tuple[int, ...]:
         return tuple(cluster.device_counts())
     if isinstance(devices, (int, np.integer)) and not isinstance(devices, bool):
         devices = [devices]
+    if isinstance(devices, (str, bytes)) or not hasattr(devices, "__iter__"):
+        raise InvalidInputError(f"devices must be a positive int or a list of them, got {devices!r}")
     counts = tuple(sorted({_check_devices(d, cluster) for d in devices}))
     if not counts:
         raise InvalidInputError("devices must name at least one device count")

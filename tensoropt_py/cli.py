@@ -1,7 +1,9 @@
 """The ``tensoropt-py`` command (also ``python -m tensoropt_py``).
 
 Subcommands: ``frontier``, ``find``, ``profile``, ``calibrate``, ``show`` and ``run``.
-Bad input ends with a one-line ``tensoropt-py: error: ...`` and exit status 2, no traceback.
+Bad input ends with a one-line ``tensoropt-py: error: ...`` and exit status 2, no traceback;
+a request nothing satisfies (no strategy fits under the memory cap) ends the same way with
+exit status 1, so that scripts can tell "fix the command" from "nothing fits".
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import argparse
 import sys
 from contextlib import contextmanager
 
-from .errors import TensorOptError
+from .errors import InfeasibleError, TensorOptError
 
 __all__ = ["main"]
 
@@ -62,7 +64,8 @@ def _parser():
     _add_common(p)
     p.add_argument("--option", choices=("mini_time", "mini_parallelism"), default="mini_time")
     p.add_argument("--refine", choices=("mcmc",), default=None, help="refine with the FlexFlow simulator")
-    p.add_argument("--budget", default="30s", help="refinement budget (e.g. 30s)")
+    p.add_argument("--budget", default="30s",
+                   help="refinement budget: MCMC proposals (e.g. 2000) or wall-clock time (e.g. 30s; default)")
     p.add_argument("--seed", type=int, default=None)
 
     p = sub.add_parser("profile", help="best time per device count (Fig. 8)")
@@ -98,7 +101,9 @@ def _cmd_frontier(args):
     plan = None
     if picked is not None:
         plan = fr.plan(picked)
-        print(f"\npicked under {cap / 1e9:.2f} GB per device (mini_time):")
+        from .units import format_bytes
+
+        print(f"\npicked under a memory cap of {format_bytes(cap)} per device (mini_time):")
         print(plan.summary())
         print(plan.table(limit=12))
     baselines = {}
@@ -106,7 +111,7 @@ def _cmd_frontier(args):
         from . import baselines as bl
 
         with _stage("costing the baselines"):
-            baselines = bl.all_baselines(fr.model_cost_graph, cluster)
+            baselines = bl.all_baselines(fr.model_cost_graph, cluster, exact=args.exact)
         for name, b in baselines.items():
             if b is not None and hasattr(b, "summary"):
                 print(f"{name}: {b.summary()}")
@@ -126,9 +131,10 @@ def _cmd_find(args):
                                  memory_cap=args.memory_cap, method=args.method, exact=args.exact,
                                  epsilon=args.epsilon, optimizer=args.optimizer, refine=args.refine,
                                  budget=args.budget if args.refine else None, seed=args.seed)
+    if args.json:  # written before printing, so that a closed stdout (| head) cannot lose it
+        plan.to_json(args.json)
     print(plan)
     if args.json:
-        plan.to_json(args.json)
         print(f"plan written to {args.json}")
 
 
@@ -184,7 +190,10 @@ def main(argv=None) -> int:
 def _guard(fn) -> int:
     try:
         code = fn()
-    except (TensorOptError, ValueError, FileNotFoundError) as exc:
+    except InfeasibleError as exc:
+        print(f"tensoropt-py: error: {exc}", file=sys.stderr)
+        return 1
+    except (TensorOptError, ValueError, OSError) as exc:
         # Library errors are the user's input: one line, no traceback.
         print(f"tensoropt-py: error: {exc}", file=sys.stderr)
         return 2

@@ -18,8 +18,9 @@ from .errors import InvalidInputError
 
 __all__ = ["Collective", "OperatorPlan", "EdgePlan", "Plan", "ReuseChoice"]
 
-#: Which copies of a tensor kept for backward survive on an edge where both ends keep it.
-ReuseChoice = Literal["none", "both", "producer", "consumer", "shared"]
+#: ``EdgePlan.reuse``: the tensor-reuse option chosen on an edge (TensorOpt §4.2), named as in
+#: :data:`tensoropt_py.cost.builder.REUSE_OPTIONS` (``"single"`` where there is nothing to choose).
+ReuseChoice = Literal["single", "both", "producer_copy", "consumer_copy", "reuse_producer"]
 
 PLAN_FORMAT = "tensoropt_py.plan/1"
 
@@ -214,10 +215,12 @@ class Plan:
 
     def table(self, limit: int | None = None) -> str:
         """A readable per-operator table (mesh, tensor maps, costs) and the non-trivial edges."""
-        rows = [("operator", "kind", "config", "memory MB", "time ms", "comm ms")]
+        mem_top = max((o.memory for o in self.operators), default=0.0)
+        m_unit, m_div = ("GB", 1e9) if mem_top >= 1e9 else ("MB", 1e6) if mem_top >= 1e6 else ("kB", 1e3)
+        rows = [("operator", "kind", "config", f"memory {m_unit}", "time ms", "comm ms")]
         ops = self.operators if limit is None else self.operators[:limit]
         for o in ops:
-            rows.append((o.name, o.kind, str(o), f"{o.memory / 1e6:.1f}", f"{o.time * 1e3:.3f}",
+            rows.append((o.name, o.kind, str(o), f"{o.memory / m_div:.1f}", f"{o.time * 1e3:.3f}",
                          f"{o.communication_time * 1e3:.3f}"))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]

@@ -2,8 +2,10 @@
 
 Every function takes plain data (objects with ``memory``/``time`` arrays, or
 arrays), draws on a new or given axis, and returns the matplotlib ``Figure``;
-``path`` writes it (PNG/PDF/SVG by extension). Memory is shown in GB (1e9 bytes)
-per device, time in seconds per iteration.
+``path`` writes it (PNG/PDF/SVG by extension). Memory is shown per device and time
+per iteration, each in the largest decimal unit the data reaches (GB = 1e9 bytes, as
+in the paper, for real models; kB or MB for the small test models; s, ms or us), and
+the unit is written in the axis label.
 """
 
 from __future__ import annotations
@@ -16,6 +18,26 @@ import numpy as np
 __all__ = ["plot_frontier", "plot_frontiers", "plot_profile"]
 
 _GB = 1e9
+_MEMORY_UNITS = (("B", 1.0), ("kB", 1e3), ("MB", 1e6), ("GB", 1e9), ("TB", 1e12))
+_TIME_UNITS = (("us", 1e-6), ("ms", 1e-3), ("s", 1.0))
+
+
+def _unit(arrays, units):
+    """``(name, divisor)``: the largest unit of ``units`` that the largest finite value reaches."""
+    values = [np.ravel(np.asarray(a, dtype=float)) for a in arrays]
+    v = np.concatenate(values) if values else np.zeros(0)
+    v = v[np.isfinite(v)]
+    top = float(np.abs(v).max()) if v.size else 0.0
+    name, div = units[0]
+    for n, d in units:
+        if top >= d:
+            name, div = n, d
+    return name, div
+
+
+def _fmt(value, unit):
+    name, div = unit
+    return f"{value / div:.3g} {name}"
 
 
 def _pyplot():
@@ -92,35 +114,44 @@ def plot_frontier(
     1
     """
     fig, ax = _new_axes(ax)
-    mem = np.asarray(frontier.memory, dtype=float) / _GB
-    time = np.asarray(frontier.time, dtype=float)
+    base_items = [(n, b) for n, b in (baselines or {}).items() if b is not None]
+    mem_all = [frontier.memory] + [b.memory for _, b in base_items]
+    if memory_cap is not None and math.isfinite(memory_cap):
+        mem_all.append([memory_cap])
+    mu = _unit(mem_all, _MEMORY_UNITS)
+    tu = _unit([frontier.time] + [b.time for _, b in base_items], _TIME_UNITS)
+    mem = np.asarray(frontier.memory, dtype=float) / mu[1]
+    time = np.asarray(frontier.time, dtype=float) / tu[1]
     # A step line: with memory x available, the best time is that of the last point left of x.
     ax.step(mem, time, where="post", color="C0", lw=1.5)
     ax.plot(mem, time, "o", color="C0", ms=4, label="cost frontier (time)")
-    for attr, style, label in (
-        ("compute_time", ":", "compute time"),
-        ("communication_time", ":", "network time"),
+    for attr, color, label in (
+        ("compute_time", "C2", "compute time"),
+        ("communication_time", "C1", "communication time"),
     ):
         values = getattr(frontier, attr, None)
         if values is not None and len(values) == len(mem):
-            ax.plot(mem, np.asarray(values, dtype=float), style, lw=1.5, label=label)
-    if turning_point is not None and 0 <= turning_point < len(mem):
+            ax.step(mem, np.asarray(values, dtype=float) / tu[1], ":", where="post", color=color, lw=1.5,
+                    label=f"{label} of each point")
+    if turning_point is not None and -len(mem) <= turning_point < len(mem):
         ax.plot(mem[turning_point], time[turning_point], "*", ms=14, color="C3", label="turning point", zorder=5)
-    markers = iter("sD^vP<>Xh")
-    for name, base in (baselines or {}).items():
-        if base is None:
-            continue
-        bm = np.atleast_1d(np.asarray(base.memory, dtype=float)) / _GB
-        bt = np.atleast_1d(np.asarray(base.time, dtype=float))
+    markers = iter(["s", "D", "^", "v", "P", "<", ">", "X", "h"])
+    colors = iter(f"C{i}" for i in range(4, 10))
+    for name, base in base_items:
+        bm = np.atleast_1d(np.asarray(base.memory, dtype=float)) / mu[1]
+        bt = np.atleast_1d(np.asarray(base.time, dtype=float)) / tu[1]
+        color = next(colors, "k")
         if bm.size > 1:
-            ax.plot(bm, bt, "--", lw=1.5, label=name)
+            ax.plot(bm, bt, "x--", ms=5, lw=1.2, color=color, label=name)
         else:
-            ax.plot(bm, bt, next(markers, "o"), ms=8, label=name, zorder=4)
+            # Hollow markers: baselines often coincide (e.g. Mesh-TF's only point = data parallel).
+            ax.plot(bm, bt, next(markers, "o"), ms=9, mfc="none", mew=1.8, color=color, label=name, zorder=4)
     if memory_cap is not None and math.isfinite(memory_cap):
-        ax.axvline(memory_cap / _GB, color="k", ls="--", lw=1, label=f"memory cap {memory_cap / _GB:.1f} GB")
-    ax.set_xlabel("memory per device (GB)")
-    ax.set_ylabel("per-iteration time (s)")
-    ax.legend(fontsize=8)
+        ax.axvline(memory_cap / mu[1], color="k", ls="--", lw=1, label=f"memory cap {_fmt(memory_cap, mu)}")
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel(f"memory per device ({mu[0]})")
+    ax.set_ylabel(f"per-iteration time ({tu[0]})")
+    ax.legend(fontsize=8, loc="best", framealpha=0.9)
     return _finish(fig, ax, path, title)
 
 
@@ -133,15 +164,21 @@ def plot_frontiers(frontiers: Mapping[str, object], *, ax=None, path=None, title
     >>> from types import SimpleNamespace
     >>> a = SimpleNamespace(memory=np.array([1e9, 2e9]), time=np.array([2.0, 1.0]))
     >>> fig = plot_frontiers({"NVLink": a, "PCIe": a})
-    >>> len(fig.axes[0].lines)
-    2
+    >>> [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    ['NVLink', 'PCIe']
     """
     fig, ax = _new_axes(ax)
+    mu = _unit([fr.memory for fr in frontiers.values()], _MEMORY_UNITS)
+    tu = _unit([fr.time for fr in frontiers.values()], _TIME_UNITS)
     for i, (name, fr) in enumerate(frontiers.items()):
-        ax.plot(np.asarray(fr.memory, float) / _GB, np.asarray(fr.time, float), "o-", ms=3, color=f"C{i}", label=name)
-    ax.set_xlabel("memory per device (GB)")
-    ax.set_ylabel("per-iteration time (s)")
-    ax.legend(fontsize=8)
+        ax.step(np.asarray(fr.memory, float) / mu[1], np.asarray(fr.time, float) / tu[1], where="post",
+                color=f"C{i}", lw=1.5, label=name)
+        ax.plot(np.asarray(fr.memory, float) / mu[1], np.asarray(fr.time, float) / tu[1], "o", ms=3,
+                color=f"C{i}")
+    ax.set_xlabel(f"memory per device ({mu[0]})")
+    ax.set_ylabel(f"per-iteration time ({tu[0]})")
+    if frontiers:
+        ax.legend(fontsize=8)
     return _finish(fig, ax, path, title)
 
 
@@ -166,10 +203,16 @@ def plot_profile(
     devices = np.asarray(devices)
     positions = np.arange(len(devices))
     methods = list(times)
+    for name in methods:
+        if len(times[name]) != len(devices):
+            raise ValueError(f"plot_profile: {name!r} has {len(times[name])} times for {len(devices)} device counts")
     width = 0.8 / max(len(methods), 1)
-    top = max((np.nanmax(np.asarray(v, float)) for v in times.values() if np.isfinite(v).any()), default=1.0)
+    tu = _unit(list(times.values()), _TIME_UNITS)
+    top = max((np.nanmax(np.asarray(v, float)) for v in times.values() if np.isfinite(np.asarray(v, float)).any()),
+              default=tu[1]) / tu[1]
+    ax.set_axisbelow(True)
     for i, name in enumerate(methods):
-        values = np.asarray(times[name], dtype=float)
+        values = np.asarray(times[name], dtype=float) / tu[1]
         x = positions + (i - (len(methods) - 1) / 2) * width
         fits = np.isfinite(values)
         ax.bar(x[fits], values[fits], width=width, color=f"C{i}", label=name)
@@ -178,6 +221,7 @@ def plot_profile(
     ax.set_xticks(positions, [str(d) for d in devices])
     ax.set_xlim(-0.6, len(devices) - 0.4)
     ax.set_xlabel("number of devices")
-    ax.set_ylabel("best per-iteration time (s)")
+    ax.set_ylim(0, top * 1.1)
+    ax.set_ylabel(f"best per-iteration time ({tu[0]})")
     ax.legend(fontsize=8)
     return _finish(fig, ax, path, title)

@@ -146,3 +146,65 @@ def test_optimizer_changes_memory(g):
     p = sum(t.numel for t in g.parameters)
     row = sgd.data_parallel_choice()
     assert adam.decode(adam.data_parallel_choice()).memory - sgd.decode(row).memory == pytest.approx(p * 8)
+
+
+# -- the fast builder (signature caches, batched move-graph rescheduling) vs the reference ------------
+
+import dataclasses  # noqa: E402
+
+from tensoropt_py import models  # noqa: E402
+
+
+def assert_same_cost_graph(a, b):
+    """Identical nodes, configs, node costs, layout classes, edge tables and decoded strategies."""
+    assert a.op_names == b.op_names and a.num_devices == b.num_devices
+    assert a.configs == b.configs
+    assert len(a.node_costs) == len(b.node_costs)
+    for x, y in zip(a.node_costs, b.node_costs):
+        assert x.shape == y.shape and np.array_equal(x, y)
+    assert a.edges == b.edges and a.edge_index == b.edge_index
+    for ea, eb in zip(a.edges, b.edges):  # same layout objects up to their fine grid too
+        for x, y in zip(ea.src_layouts + ea.dst_layouts + ea.dst_grad_layouts,
+                        eb.src_layouts + eb.dst_layouts + eb.dst_grad_layouts):
+            assert (x.sizes, x.place) == (y.sizes, y.place)
+    assert len(a.edge_tables) == len(b.edge_tables)
+    for (sa, da, ta), (sb, db, tb) in zip(a.edge_tables, b.edge_tables):
+        assert np.array_equal(sa, sb) and np.array_equal(da, db)
+        assert ta.shape == tb.shape and np.array_equal(ta, tb)
+    for x, y in zip(a.cost_graph.node_costs, b.cost_graph.node_costs):
+        assert np.array_equal(x, y)
+    rng = np.random.default_rng(0)
+    rows = [a.data_parallel_choice(), np.zeros(len(a.configs), dtype=np.int64)]
+    rows += [np.array([rng.integers(len(c)) for c in a.configs]) for _ in range(2)]
+    for row in rows:
+        ra, rb = a.decode(row), b.decode(row)
+        assert ra == rb  # same records, same rescheduling paths
+        assert ra.time == pytest.approx(evaluate(a.cost_graph, row)[1], rel=1e-9)
+
+
+@pytest.mark.parametrize("model,n,kw", [
+    ("mlp", 4, {}), ("mlp", 8, {}), ("small_transformer", 4, {}), ("small_transformer", 8, {}),
+    ("small_cnn", 8, {}), ("small_transformer", 8, {"mesh_tensorflow": True}),
+    ("small_transformer", 8, {"max_configs": 5}), ("small_transformer", 4, {"mixed_precision": True, "optimizer": "sgd"}),
+])
+def test_fast_builder_equals_reference(model, n, kw):
+    g = mlp() if model == "mlp" else getattr(models, model)()
+    fast = build_cost_graph(g, CL, n, **kw)
+    ref = build_cost_graph(g, CL, n, reference=True, **kw)
+    assert_same_cost_graph(fast, ref)
+
+
+def test_fast_builder_equals_reference_mixed_prime_grids():
+    # 6 devices: fine grids (2, 3) and (3, 2), edges between them use the multi-grid search
+    cl = dataclasses.replace(CL, devices_per_machine=3)
+    g = models.small_transformer()
+    assert_same_cost_graph(build_cost_graph(g, cl, 6), build_cost_graph(g, cl, 6, reference=True))
+
+
+def test_fast_builder_with_python_kernel(monkeypatch):
+    # without the compiled kernel the builder falls back on the pure-Python Dijkstra: same results
+    import tensoropt_py.cost.reschedule as reschedule
+
+    monkeypatch.setattr(reschedule, "_dijkstra", reschedule.dijkstra_py)
+    g = models.small_transformer()
+    assert_same_cost_graph(build_cost_graph(g, CL, 4), build_cost_graph(g, CL, 4, reference=True))

@@ -71,7 +71,6 @@ def test_combine_threads_identical(seed):
 
 
 def test_combine_provenance_recomputes_costs():
-    rng = np.random.default_rng(7)
     tables, term_off, cells = random_job(11, False)
     off, m, t, prov = combine_ragged(tables, term_off, cells)
     mm = np.zeros_like(m)

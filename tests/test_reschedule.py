@@ -117,3 +117,100 @@ def test_bad_inputs(rs):
         rs.path((4, 4), "float32", Layout((2,), (0,)), Layout((2,), (PARTIAL,)))
     with pytest.raises(InvalidInputError, match="dtype"):
         rs.path((4, 4), "float99", Layout((2,), (0,)), Layout((2,), (REPLICATE,)))
+
+
+# -- the move-graph engine vs the reference search -----------------------------------------------
+
+import numpy as np  # noqa: E402
+
+from tensoropt_py.cost.reschedule import ReferenceRescheduler, _place_moves, dijkstra_py  # noqa: E402
+
+
+@pytest.mark.parametrize("sizes,shape", [((2, 2, 2), (8, 8)), ((2, 3), (12, 6)), ((2, 2, 2, 2), (16, 6, 8))])
+def test_place_moves_equal_moves(sizes, shape):
+    for lay in layouts(sizes, len(shape)):
+        if lay.fits(shape):
+            want = [(k, ax, after.place, nb) for k, ax, after, nb in moves(shape, 4, lay)]
+            assert _place_moves(shape, 4, lay.sizes, lay.place) == want
+
+
+def _random_csr(rng, n, deg, mode):
+    rows = [rng.choice(n, size=rng.integers(0, deg + 1)) for _ in range(n)]
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    indptr[1:] = np.cumsum([len(r) for r in rows])
+    indices = np.concatenate(rows).astype(np.int32) if indptr[-1] else np.zeros(0, dtype=np.int32)
+    m = len(indices)
+    if mode == 0:  # few distinct distances, many ties: exercises the push-order tie-breaking
+        w = rng.integers(0, 4, size=m) * 0.25
+    elif mode == 1:
+        w = rng.random(m) * 1e-3
+    else:  # free moves (+0.0 and -0.0) among collective-like times
+        w = np.where(rng.random(m) < 0.4, np.where(rng.random(m) < 0.5, 0.0, -0.0), rng.choice([1e-6, 3e-6, 2e-5], m))
+    return indptr, indices, np.asarray(w, dtype=np.float64)
+
+
+def _dijkstra_both(fn, indptr, indices, w, s, targets):
+    n = len(indptr) - 1
+    dist, prev, done = np.full(n, np.inf), np.full(n, -1, dtype=np.int32), np.zeros(n, dtype=np.int8)
+    settled = fn(indptr, indices, w, s, np.asarray(targets, dtype=np.int32), dist, prev, done)
+    return settled, dist, prev, done
+
+
+def test_compiled_dijkstra_equals_python_reference():
+    compiled = pytest.importorskip("tensoropt_py.cost._reschedule").dijkstra
+    rng = np.random.default_rng(0)
+    for trial in range(150):
+        n = int(rng.integers(1, 120))
+        indptr, indices, w = _random_csr(rng, n, 8, trial % 3)
+        s = int(rng.integers(n))
+        for targets in ([], rng.choice(n, size=min(n, 3), replace=False).tolist()):
+            a = _dijkstra_both(compiled, indptr, indices, w, s, targets)
+            b = _dijkstra_both(dijkstra_py, indptr, indices, w, s, targets)
+            assert a[0] == b[0]
+            for x, y in zip(a[1:], b[1:]):
+                assert np.array_equal(x, y)
+
+
+@pytest.mark.parametrize("sizes,shape,other", [((2, 2, 2), (8, 8), None), ((2, 2, 2, 2), (16, 12, 8), None),
+                                               ((2, 3), (12, 6), (3, 2))])
+def test_fast_rescheduler_equals_reference(sizes, shape, other):
+    fast, ref = Rescheduler(CommModel(CL)), ReferenceRescheduler(CommModel(CL))
+    lays = [l for l in layouts(sizes, len(shape)) if l.fits(shape)]
+    srcs = lays[::3]
+    dsts = [l for l in lays if not l.is_partial][::2]
+    if other is not None:  # targets on another fine grid (re-expressed or multi-grid search)
+        dsts += [l for l in layouts(other, len(shape), partial=False) if l.fits(shape)]
+    m = fast.matrix(shape, "float32", srcs, dsts)
+    assert np.array_equal(m, ref.matrix(shape, "float32", srcs, dsts))
+    assert fast.matrix(shape, "float32", srcs, dsts) is m  # cached
+    plain = [l for l in srcs if not l.is_partial][:4]
+    both = fast.matrices([(shape, "float32", dsts, plain), (shape, "float16", srcs, dsts[:5])])
+    assert np.array_equal(both[0], ref.matrix(shape, "float32", dsts, plain))
+    assert np.array_equal(both[1], ref.matrix(shape, "float16", srcs, dsts[:5]))
+    fresh = Rescheduler(CommModel(CL))  # paths before any matrix
+    for i, src in enumerate(srcs[:12]):
+        assert np.array_equal(fresh.times(shape, "float32", src, dsts), ref.times(shape, "float32", src, dsts))
+        for dst in dsts[i % 4::4]:
+            assert fresh.time(shape, "float32", src, dst) == ref.time(shape, "float32", src, dst)
+            if math.isfinite(ref.time(shape, "float32", src, dst)):
+                for rs in (fresh, fast):
+                    assert rs.path(shape, "float32", src, dst) == ref.path(shape, "float32", src, dst)
+                    assert rs.backward(shape, "float32", dst, dst, src) == ref.backward(shape, "float32", dst, dst, src)
+            else:
+                with pytest.raises(InvalidInputError, match="no rescheduling"):
+                    fresh.path(shape, "float32", src, dst)
+
+
+def test_fast_rescheduler_errors_match_reference():
+    fast, ref = Rescheduler(CommModel(CL)), ReferenceRescheduler(CommModel(CL))
+    ok, bad = Layout((2, 2), (0, -1)), Layout((2, 2), (1, 1))  # dim 1 of (8, 2) cannot split in 4
+    part = Layout((2, 2), (PARTIAL, -1))
+    for args in [((8, 2), [ok, ok], [ok, bad]), ((8, 2), [ok, bad], [ok]), ((8, 2), [ok], [part]),
+                 ((8, 2), [ok], [Layout((2,), (0,))])]:
+        with pytest.raises(InvalidInputError) as e1:
+            fast.matrix(args[0], "float32", args[1], args[2])
+        with pytest.raises(InvalidInputError) as e2:
+            ref.matrix(args[0], "float32", args[1], args[2])
+        assert str(e1.value) == str(e2.value)
+    assert fast.matrix((8, 2), "float32", [], [ok]).shape == (0, 1)
+    assert fast.times((8, 2), "float32", bad, []).shape == (0,)

@@ -37,13 +37,14 @@ def _prepare(model, cluster, devices, cost_graph, optimizer="adam"):
     return build_cost_graph(graph, cl, devices, optimizer=optimizer), cl
 
 
-def _to_plan(mcg, cluster, choices, method, edge_choices=None, key=("time", "memory")):
+def _to_plan(mcg, cluster, choices, method, edge_choices=None, key=("time", "memory"), optimizer="adam"):
     from ..api import plan_from_choices
 
     choices = np.asarray(choices, dtype=np.int64)
     if edge_choices is None:
         edge_choices = best_edge_options(mcg, choices, key=key)
-    return plan_from_choices(mcg, choices, edge_choices, model=mcg.graph.name, cluster=cluster.name, method=method)
+    return plan_from_choices(mcg, choices, edge_choices, model=mcg.graph.name, cluster=cluster.name, method=method,
+                             optimizer=optimizer)
 
 
 def best_edge_options(mcg, choices, key=("time", "memory")) -> np.ndarray:
@@ -99,7 +100,9 @@ def restrict_cost_graph(cg, keep, *, memory_scale=1.0, time_of=None):
     def scaled(table):
         table = np.array(table, dtype=float)
         absent = ~np.isfinite(table).all(axis=-1)  # +inf marks an absent option (0 * inf would be NaN)
-        table[..., 0] = np.where(absent, np.inf, table[..., 0] * memory_scale)
+        memory = table[..., 0]
+        memory[~absent] *= memory_scale
+        memory[absent] = np.inf
         return table
 
     edges = []
@@ -111,12 +114,12 @@ def restrict_cost_graph(cg, keep, *, memory_scale=1.0, time_of=None):
     return CostGraph(nodes, edges)
 
 
-def _track_restricted(mcg, keep, *, memory_scale=1.0, time_of=None, pick="time"):
+def _track_restricted(mcg, keep, *, memory_scale=1.0, time_of=None, pick="time", exact=False):
     """Track a restricted copy; return full-graph choices of its min-time (or min-memory) point."""
     from ..frontier import track
 
     sub = restrict_cost_graph(mcg.cost_graph, keep, memory_scale=memory_scale, time_of=time_of)
-    fr = track(sub, method="ldp")
+    fr = track(sub, method="ldp", exact=exact)
     i = len(fr.memory) - 1 if pick == "time" else 0
     return np.array([keep[n][c] for n, c in enumerate(fr.choices[i])], dtype=np.int64)
 
@@ -128,15 +131,19 @@ def data_parallel(model=None, cluster=None, devices=None, *, cost_graph=None, op
     config splitting it most (else they are replicated).
     """
     mcg, cl = _prepare(model, cluster, devices, cost_graph, optimizer)
-    return _to_plan(mcg, cl, mcg.data_parallel_choice(), "data_parallel")
+    return _to_plan(mcg, cl, mcg.data_parallel_choice(), "data_parallel", optimizer=optimizer)
 
 
-def optcnn(model=None, cluster=None, devices=None, *, cost_graph=None, optimizer="adam"):
-    """OptCNN: the minimum-time strategy (memory ignored, as OptCNN's DP does)."""
+def optcnn(model=None, cluster=None, devices=None, *, cost_graph=None, optimizer="adam", exact=False):
+    """OptCNN: the minimum-time strategy (memory ignored, as OptCNN's DP does).
+
+    ``exact=True`` forbids heuristic elimination in the search, so the time is the
+    minimum of the whole space (equal to the exact frontier's minimum time).
+    """
     mcg, cl = _prepare(model, cluster, devices, cost_graph, optimizer)
     keep = [np.arange(len(c)) for c in mcg.configs]
-    choices = _track_restricted(mcg, keep, memory_scale=0.0, pick="time")
-    return _to_plan(mcg, cl, choices, "optcnn")
+    choices = _track_restricted(mcg, keep, memory_scale=0.0, pick="time", exact=exact)
+    return _to_plan(mcg, cl, choices, "optcnn", optimizer=optimizer)
 
 
 def _unreplicated(mcg):
@@ -147,18 +154,19 @@ def _unreplicated(mcg):
     return keep
 
 
-def tofu(model=None, cluster=None, devices=None, *, cost_graph=None, optimizer="adam"):
+def tofu(model=None, cluster=None, devices=None, *, cost_graph=None, optimizer="adam", exact=False):
     """ToFu: minimum memory with every operator's work split over all devices (no replication).
 
     An operator that cannot use every device (too few splittable dimensions) keeps its
-    least-replicated configs. Among minimum-memory strategies the fastest is returned.
+    least-replicated configs. Among minimum-memory strategies the fastest is returned
+    (``exact=True``: searched without heuristic elimination).
     """
     mcg, cl = _prepare(model, cluster, devices, cost_graph, optimizer)
-    choices = _track_restricted(mcg, _unreplicated(mcg), pick="memory")
-    return _to_plan(mcg, cl, choices, "tofu", key=("memory", "time"))
+    choices = _track_restricted(mcg, _unreplicated(mcg), pick="memory", exact=exact)
+    return _to_plan(mcg, cl, choices, "tofu", key=("memory", "time"), optimizer=optimizer)
 
 
-def mesh_tensorflow(model=None, cluster=None, devices=None, *, optimizer="adam", method="ldp"):
+def mesh_tensorflow(model=None, cluster=None, devices=None, *, optimizer="adam", method="ldp", exact=False):
     """The frontier of the Mesh-TensorFlow space (see ``build_cost_graph(mesh_tensorflow=True)``).
 
     Strategies that would need a rescheduling Mesh-TensorFlow cannot express are
@@ -169,7 +177,7 @@ def mesh_tensorflow(model=None, cluster=None, devices=None, *, optimizer="adam",
     from ..api import frontier
     from ..cost.builder import FORBIDDEN_TIME
 
-    fr = frontier(model, cluster, devices, optimizer=optimizer, mesh_tensorflow=True, method=method)
+    fr = frontier(model, cluster, devices, optimizer=optimizer, mesh_tensorflow=True, method=method, exact=exact)
     ok = fr.time < FORBIDDEN_TIME
     if not ok.any():
         raise InfeasibleError(f"no Mesh-TensorFlow strategy of {fr.model} on {fr.devices} devices")
@@ -178,7 +186,7 @@ def mesh_tensorflow(model=None, cluster=None, devices=None, *, optimizer="adam",
                    edge_choices=fr.edge_choices[ok])
 
 
-def soybean(model=None, cluster=None, devices=None, *, cost_graph=None, optimizer="adam"):
+def soybean(model=None, cluster=None, devices=None, *, cost_graph=None, optimizer="adam", exact=False):
     """SOYBEAN's k-cut recursive tiling on 2^k devices (§4 of the SOYBEAN paper).
 
     Cut ``j`` halves every operator's device group along fine mesh axis ``j`` (the
@@ -205,18 +213,18 @@ def soybean(model=None, cluster=None, devices=None, *, cost_graph=None, optimize
             if not ok:  # e.g. data loading (always fully split) or pruned configs: keep what matches so far
                 ok = [c for c, cfg in enumerate(cfgs) if all(cfg.fine[a] == d for a, d in fixed[i].items())]
             keep.append(np.asarray(ok or range(len(cfgs)), dtype=np.int64))
-        choices = _track_restricted(mcg, keep, memory_scale=0.0, time_of=comm, pick="time")
+        choices = _track_restricted(mcg, keep, memory_scale=0.0, time_of=comm, pick="time", exact=exact)
         for i, c in enumerate(choices):
             fixed[i][cut] = mcg.configs[i][c].fine[cut]
-    return _to_plan(mcg, cl, choices, "soybean")
+    return _to_plan(mcg, cl, choices, "soybean", optimizer=optimizer)
 
 
-def all_baselines(mcg, cluster) -> dict:
+def all_baselines(mcg, cluster, *, exact=False) -> dict:
     """Every applicable Plan baseline of a built ModelCostGraph (name -> Plan), for plots."""
     out = {"data parallel": data_parallel(cluster=cluster, cost_graph=mcg),
-           "OptCNN": optcnn(cluster=cluster, cost_graph=mcg),
-           "ToFu": tofu(cluster=cluster, cost_graph=mcg)}
+           "OptCNN": optcnn(cluster=cluster, cost_graph=mcg, exact=exact),
+           "ToFu": tofu(cluster=cluster, cost_graph=mcg, exact=exact)}
     n = mcg.num_devices
     if n & (n - 1) == 0 and n > 1:
-        out["SOYBEAN"] = soybean(cluster=cluster, cost_graph=mcg)
+        out["SOYBEAN"] = soybean(cluster=cluster, cost_graph=mcg, exact=exact)
     return out

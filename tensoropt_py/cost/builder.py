@@ -37,6 +37,15 @@ that mesh and an edge may only all-reduce partial sums (``B_in == A`` with parti
 replicated): other layout pairs cost :data:`FORBIDDEN_TIME` seconds (the engine needs one
 finite option per pair), so strategies using them are recognisable by their time.
 
+Performance
+-----------
+Repeated layers make most operators and edges identical up to names: the default build
+costs each distinct operator signature and edge signature once, and computes every
+rescheduling matrix in one batch on the compiled move-graph search of
+:class:`~tensoropt_py.cost.reschedule.Rescheduler`. ``reference=True`` runs the original
+per-operator, per-edge construction; the tests check both give identical results. Edge
+tables (and their layout-class arrays) may be shared between edges and are read-only.
+
 Examples
 --------
 >>> from tensoropt_py.graph.builder import GraphBuilder
@@ -66,7 +75,7 @@ from ..space.configs import OpConfig, enumerate_configs
 from ..space.layout import Layout
 from .operator_cost import OperatorCoster
 from .optimizer import check_optimizer
-from .reschedule import ReschedulePath, Rescheduler
+from .reschedule import ReferenceRescheduler, ReschedulePath, Rescheduler
 
 __all__ = ["build_cost_graph", "ModelCostGraph", "EdgeInfo", "OpRecord", "EdgeRecord", "StrategyRecord",
            "FORBIDDEN_TIME", "REUSE_OPTIONS"]
@@ -225,7 +234,8 @@ def _make_cost_graph(node_costs, edges):
 
 def build_cost_graph(graph: Graph, cluster, devices: int, *, optimizer: str = "adam", dtype: str | None = None,
                      mesh_tensorflow=False, max_configs: int | None = None, mixed_precision: bool = False,
-                     comm=None, compute=None, rescheduler: Rescheduler | None = None) -> ModelCostGraph:
+                     comm=None, compute=None, rescheduler: Rescheduler | None = None,
+                     reference: bool = False) -> ModelCostGraph:
     """Build the CostGraph of ``graph`` on devices ``0..devices-1`` of ``cluster``.
 
     Parameters
@@ -245,6 +255,19 @@ def build_cost_graph(graph: Graph, cluster, devices: int, *, optimizer: str = "a
     mixed_precision : bool
     comm, compute, rescheduler : optional
         Models to use (built from ``cluster`` by default).
+    reference : bool, default False
+        Use the original unoptimised construction (every operator and edge costed on its
+        own, :class:`~tensoropt_py.cost.reschedule.ReferenceRescheduler` by default): the
+        reference the fast path is tested against. Both give identical results.
+
+    Notes
+    -----
+    The fast path (default) costs every distinct operator *signature* once (loop
+    dimensions, tensor uses, tensor shapes/dtypes/roles, FLOPs, saved and edge-excluded
+    tensors: everything the configurations, layouts and costs depend on) and every distinct
+    edge signature (producer and consumer signatures, tensor shape and dtype, reuse mode)
+    once; repeated layers share the results. Edge tables and layout-class arrays are then
+    shared between edges and read-only.
     """
     if not isinstance(graph, Graph):
         raise InvalidInputError(f"graph must be a tensoropt_py Graph, got {type(graph).__name__}")
@@ -269,9 +292,238 @@ def build_cost_graph(graph: Graph, cluster, devices: int, *, optimizer: str = "a
 
         comm = CommModel(cluster)
     if rescheduler is None:
-        rescheduler = Rescheduler(comm)
+        rescheduler = ReferenceRescheduler(comm) if reference else Rescheduler(comm)
     coster = OperatorCoster(cluster, comm=comm, compute=compute, optimizer=optimizer,
                             mixed_precision=mixed_precision, dtype=dtype)
+    if reference:
+        return _build_reference(graph, n, valid, mesh_tf, max_configs, coster, rescheduler)
+    return _build_fast(graph, n, valid, mesh_tf, max_configs, coster, rescheduler)
+
+
+def _use_slots(op):
+    """Per tensor use, the index of the first use of the same tensor; name -> that index."""
+    slot: dict = {}
+    for k, use in enumerate(op.uses()):
+        slot.setdefault(use.tensor, k)
+    return slot
+
+
+def _config_signature(op):
+    """Everything :func:`enumerate_configs` depends on (loop dims, use structure, INPUT or not)."""
+    idx = {d.name: i for i, d in enumerate(op.loop_dims)}
+    slot = _use_slots(op)
+    uses = tuple((slot[u.tensor], tuple(tuple(idx[nm] for nm in g) for g in u.dims)) for u in op.uses())
+    loops = tuple((d.size, d.kind, d.splittable) for d in op.loop_dims)
+    return (op.kind is OpKind.INPUT, loops, (len(op.inputs), len(op.params), len(op.outputs)), uses), slot
+
+
+def _node_signature(op, csig, slot, tensors, exclude):
+    """Everything an operator's costs, layouts and pruning depend on (names replaced by positions)."""
+    specs = tuple((k, tensors[t].shape, tensors[t].dtype, tensors[t].role) for t, k in slot.items())
+    saved = tuple(slot[t] for t in op.saved)
+    excl = tuple(sorted(slot[t] for t in exclude))
+    return (csig, specs, op.flops, op.backward_flops, saved, excl)
+
+
+def _build_fast(graph, n, valid, mesh_tf, max_configs, coster, rescheduler):
+    tensors = graph.tensors
+    ops = graph.operators
+    index = {op.name: i for i, op in enumerate(ops)}
+
+    # 1. configurations (one enumeration per config signature)
+    cfg_cache: dict = {}
+    csigs, slots, configs = [], [], []
+    for op in ops:
+        csig, slot = _config_signature(op)
+        cf = cfg_cache.get(csig)
+        if cf is None:
+            cf = cfg_cache[csig] = enumerate_configs(op, n, mesh_tensorflow=mesh_tf)
+        csigs.append(csig)
+        slots.append(slot)
+        configs.append(cf)
+    if n > 1 and all(len(c) == 1 and all(l < 0 for l in c[0].fine) for op, c in zip(ops, configs)
+                     if op.kind is not OpKind.INPUT):
+        raise InvalidInputError(f"device count {n} divides no splittable dimension of graph {graph.name!r}; "
+                                f"valid counts: {', '.join(map(str, valid))}")
+
+    # 2. edges and tensor-reuse roles
+    edge_list, edge_reuse, exclude = _edges_and_reuse(graph, ops)
+
+    # 3. node costs and dominance pruning (one per node signature)
+    node_cache: dict = {}
+    node_sig_ids, kept_configs, node_costs, kept_layouts = [], [], [], []
+    for i, op in enumerate(ops):
+        nsig = _node_signature(op, csigs[i], slots[i], tensors, exclude[op.name])
+        hit = node_cache.get(nsig)
+        if hit is None:
+            cfgs = configs[i]
+            oc = coster.costs(op, tensors, cfgs, exclude_saved=exclude[op.name])
+            outs, ins, grads = _layouts_of(op, cfgs)
+            arr = np.stack([oc.memory, oc.time, oc.compute_time, oc.comm_time], axis=1)
+            keep = _prune(arr, list(zip(*(outs + ins + grads))) if outs + ins + grads else [()] * len(cfgs),
+                          max_configs)
+            kl = ([tuple(L[k] for k in keep) for L in outs], [tuple(L[k] for k in keep) for L in ins],
+                  [tuple(L[k] for k in keep) for L in grads])
+            hit = node_cache[nsig] = (len(node_cache), tuple(cfgs[k] for k in keep), arr[keep], kl)
+        node_sig_ids.append(hit[0])
+        kept_configs.append(hit[1])
+        node_costs.append(hit[2].copy())
+        kept_layouts.append(hit[3])
+
+    # 4. edge tables (one per edge signature; every rescheduling matrix in one batch)
+    edge_cache: dict = {}
+    keys = []
+    for (p, c, t, ui, first), mode in zip(edge_list, edge_reuse):
+        u, v = index[p], index[c]
+        pop = ops[u]
+        oi = [k for k, use in enumerate(pop.outputs) if use.tensor == t][0]
+        spec = tensors[t]
+        backward = pop.kind is not OpKind.INPUT and spec.dtype in _FLOAT
+        ekey = (node_sig_ids[u], oi, node_sig_ids[v], ui, spec.shape, spec.dtype, backward, mode)
+        if ekey not in edge_cache:
+            src_l = kept_layouts[u][0][oi]
+            dst_l, dst_g = kept_layouts[v][1][ui], kept_layouts[v][2][ui]
+            edge_cache[ekey] = _EdgePlan(spec, src_l, dst_l, dst_g, backward, mode)
+        keys.append((u, v, ekey))
+    plans = list(edge_cache.values())
+    requests = [q for pl in plans for q in pl.requests]
+    if hasattr(rescheduler, "matrices"):
+        mats = rescheduler.matrices(requests)
+    else:  # a user-supplied rescheduler with matrix() only
+        mats = [rescheduler.matrix(*q) for q in requests]
+    pos = 0
+    for pl in plans:
+        k = len(pl.requests)
+        pl.finish(mats[pos:pos + k], mesh_tf)
+        pos += k
+    edges_out, infos, tables, eidx = [], [], [], []
+    for ((p, c, t, ui, first), mode), (u, v, ekey) in zip(zip(edge_list, edge_reuse), keys):
+        pl = edge_cache[ekey]
+        edges_out.append((u, v, pl.src_ids, pl.dst_ids, pl.table))
+        infos.append(EdgeInfo(p, c, t, ui, pl.src_cls, pl.dst_b, pl.dst_gc, mode, pl.backward))
+        tables.append((pl.src_ids, pl.dst_ids, pl.table))
+        eidx.append((u, v))
+
+    cg = _make_cost_graph([np.ascontiguousarray(nc[:, :2]) for nc in node_costs], edges_out)
+    return ModelCostGraph(cost_graph=cg, graph=graph, num_devices=n, op_names=tuple(op.name for op in ops),
+                          configs=tuple(kept_configs), node_costs=tuple(node_costs), edges=tuple(infos),
+                          edge_tables=tuple(tables), rescheduler=rescheduler, edge_index=tuple(eidx))
+
+
+def _edges_and_reuse(graph, ops):
+    """Graph edges ``(producer, consumer, tensor, use_index, first)``, their reuse modes, excluded saved tensors."""
+    edge_list = []
+    for op in ops:
+        seen = set()
+        for ui, use in enumerate(op.inputs):
+            edge_list.append((graph.producer(use.tensor), op.name, use.tensor, ui, use.tensor not in seen))
+            seen.add(use.tensor)
+    keepers: dict = {}
+    for p, c, t, ui, first in edge_list:
+        if first and t in graph.operator(c).saved:
+            keepers.setdefault(t, []).append(c)
+    exclude = {op.name: set() for op in ops}
+    edge_reuse = []
+    for p, c, t, ui, first in edge_list:
+        prod_keeps = t in graph.operator(p).saved
+        cons_keeps = first and t in graph.operator(c).saved
+        if prod_keeps and cons_keeps:
+            mode = "pair" if len(keepers[t]) == 1 else "multi"
+            exclude[c].add(t)
+            if mode == "pair":
+                exclude[p].add(t)
+        else:
+            mode = "none"
+        edge_reuse.append(mode)
+    return edge_list, edge_reuse, exclude
+
+
+def _layouts_of(op, cfgs):
+    """Per output / input / input gradient, the layout under every config (``OpConfig.layout``)."""
+    nin, npar = len(op.inputs), len(op.params)
+    outs = [[c.layout(op, nin + npar + o) for c in cfgs] for o in range(len(op.outputs))]
+    ins = [[c.layout(op, i) for c in cfgs] for i in range(nin)]
+    grads = [[c.layout(op, i, gradient=True) for c in cfgs] for i in range(nin)]
+    return outs, ins, grads
+
+
+class _EdgePlan:
+    """The layout classes and rescheduling requests of one edge signature, then its table.
+
+    Same computation as the reference loop of :func:`_build_reference`, split in two so the
+    rescheduling matrices of every edge are computed in one batch
+    (:meth:`Rescheduler.matrices <tensoropt_py.cost.reschedule.Rescheduler.matrices>`).
+    """
+
+    __slots__ = ("spec", "mode", "backward", "src_cls", "src_ids", "dst_ids", "dst_b", "dst_gc", "Ars", "gid", "aid",
+                 "requests", "table")
+
+    def __init__(self, spec, src_l, dst_l, dst_g, backward, mode):
+        self.spec, self.mode, self.backward = spec, mode, backward
+        src_cls, self.src_ids = _intern(src_l)
+        dst_cls, self.dst_ids = _intern(list(zip(dst_l, dst_g)))
+        self.src_cls = tuple(src_cls)
+        self.dst_b = tuple(B for B, _ in dst_cls)
+        self.dst_gc = tuple(G for _, G in dst_cls)
+        self.Ars = [A.without_partial() for A in src_cls]
+        reqs = [(spec.shape, spec.dtype, src_cls, list(self.dst_b))]
+        if backward:
+            grads, self.gid = _intern(list(self.dst_gc))
+            ars, self.aid = _intern(self.Ars)
+            reqs.append((spec.shape, spec.dtype, grads, ars))
+        if mode == "pair":
+            reqs.append((spec.shape, spec.dtype, list(self.dst_b), self.Ars))
+        self.requests = reqs
+        self.table = None
+
+    def finish(self, mats, mesh_tf):
+        spec, mode = self.spec, self.mode
+        itemsize = DTYPE_BYTES[spec.dtype]
+        src_cls, dB, Ars = self.src_cls, self.dst_b, self.Ars
+        R = {"none": 1, "multi": 2, "pair": 3}[mode]
+        table = np.full((len(src_cls), len(dB), R, 2), np.inf)
+        fwd = mats[0]
+        bwd = np.zeros_like(fwd)
+        if self.backward:
+            T = mats[1]  # (G, A')
+            bwd = T[self.gid][:, self.aid].T
+        back = mats[-1].T if mode == "pair" else None  # (A, B)
+        base = fwd + bwd
+        amem = np.array([A.local_numel(spec.shape) * itemsize for A in src_cls], dtype=np.float64)[:, None]
+        bmem = np.array([B.local_numel(spec.shape) * itemsize for B in dB], dtype=np.float64)[None, :]
+        bpos: dict = {}
+        for j, B in enumerate(dB):
+            bpos.setdefault(B, []).append(j)
+        same = np.zeros(fwd.shape, dtype=bool)
+        for a, Ar in enumerate(Ars):
+            same[a, bpos.get(Ar, [])] = True
+        zero = np.zeros_like(base)
+        if mode == "none":
+            table[:, :, 0, 0], table[:, :, 0, 1] = zero, base
+        elif mode == "multi":
+            table[:, :, 0, 0] = np.where(same, 0.0, bmem + zero)
+            table[:, :, 0, 1] = base
+            table[:, :, 1, 0] = np.where(same, np.inf, 0.0)
+            table[:, :, 1, 1] = np.where(same, np.inf, base + fwd)
+        else:
+            table[:, :, 0, 0] = np.where(same, amem + zero, amem + bmem)
+            table[:, :, 0, 1] = base
+            table[:, :, 1, 0] = np.where(same, np.inf, amem + zero)
+            table[:, :, 1, 1] = np.where(same, np.inf, base + fwd)
+            table[:, :, 2, 0] = np.where(same, np.inf, bmem + zero)
+            table[:, :, 2, 1] = np.where(same, np.inf, base + back)
+        if mesh_tf is not None:
+            forbid = ~same
+            table[forbid] = np.inf
+            table[forbid, 0] = (0.0, FORBIDDEN_TIME)
+        for a in (self.src_ids, self.dst_ids, table):
+            a.setflags(write=False)
+        self.table = table
+        self.Ars = self.gid = self.aid = self.requests = None  # not needed any more
+
+
+def _build_reference(graph, n, valid, mesh_tf, max_configs, coster, rescheduler):
+    """The original construction (every operator and edge on its own): the tests' reference."""
     tensors = graph.tensors
     ops = graph.operators
     index = {op.name: i for i, op in enumerate(ops)}

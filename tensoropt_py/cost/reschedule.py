@@ -43,6 +43,15 @@ when the consumer computed redundantly there (its gradient is replicated); a for
 output (P -> R) costs nothing in backward when the consumer replicates (R -> R) and a
 reduce (``all_reduce``) when it is partial; an all-to-all's transpose is an all-to-all.
 
+Implementation
+--------------
+For one ``(shape, itemsize, fine sizes)`` the moves form a fixed graph. :class:`Rescheduler`
+enumerates it once into CSR arrays and runs a compiled single-source Dijkstra per source
+layout (``_reschedule.pyx``; :func:`dijkstra_py` is its pure-Python reference and fallback),
+batched over every request of :meth:`Rescheduler.matrices`. It breaks ties exactly like
+:class:`ReferenceRescheduler` (the original lazy ``heapq`` search over :class:`Layout`
+objects, kept for the tests), so times, matrices and paths are identical.
+
 Examples
 --------
 >>> from tensoropt_py.cluster import Cluster
@@ -72,7 +81,7 @@ from ..graph.ir import DTYPE_BYTES
 from ..space.layout import PARTIAL, REPLICATE, Layout
 from ..space.mesh import fine_groups
 
-__all__ = ["RescheduleStep", "ReschedulePath", "Rescheduler", "moves"]
+__all__ = ["RescheduleStep", "ReschedulePath", "Rescheduler", "ReferenceRescheduler", "moves", "dijkstra_py"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +199,67 @@ def moves(shape, itemsize: int, layout: Layout):
                     yield "all_to_all", g, with_(g, j), local_bytes
 
 
+def _place_moves(shape, itemsize: int, sizes, place):
+    """:func:`moves` on raw placement tuples: ``[(kind, fine_axes, after_place, nbytes)]``.
+
+    Same moves in the same order as :func:`moves` (checked by the tests), without building
+    :class:`Layout` objects (the hot loop of the move-graph construction).
+    """
+    r = len(shape)
+    axes_of = [[] for _ in range(r)]
+    rep, par = [], []
+    for a, p in enumerate(place):
+        if p >= 0:
+            axes_of[p].append(a)
+        elif p == REPLICATE:
+            rep.append(a)
+        else:
+            par.append(a)
+    split = [math.prod([sizes[a] for a in ax]) for ax in axes_of]
+    last = [ax[-1] if ax else -1 for ax in axes_of]
+    local_bytes = (math.prod(shape) // math.prod(split)) * itemsize
+    out = []
+    append = out.append
+
+    def with_(axes, value):
+        pl = list(place)
+        for a in axes:
+            pl[a] = value
+        return tuple(pl)
+
+    for a in rep:
+        sa = sizes[a]
+        for j in range(r):
+            if a > last[j] and shape[j] % (split[j] * sa) == 0:
+                pl = list(place)
+                pl[a] = j
+                append(("slice", (a,), tuple(pl), 0))
+    sharded = [j for j in range(r) if axes_of[j]]
+    if sharded:
+        for ks in itertools.product(*[range(len(axes_of[j]) + 1) for j in sharded]):
+            if not any(ks):
+                continue
+            g = tuple(sorted(a for j, k in zip(sharded, ks) if k for a in axes_of[j][len(axes_of[j]) - k:]))
+            grow = math.prod([sizes[a] for a in g])
+            append(("all_gather", g, with_(g, REPLICATE), local_bytes * grow))
+    for k in range(1, len(par) + 1):
+        for g in itertools.combinations(par, k):
+            append(("all_reduce", g, with_(g, REPLICATE), local_bytes))
+            grow = math.prod([sizes[a] for a in g])
+            for j in range(r):
+                if g[0] > last[j] and shape[j] % (split[j] * grow) == 0:
+                    append(("reduce_scatter", g, with_(g, j), local_bytes))
+    for i in sharded:
+        ax = axes_of[i]
+        for k in range(1, len(ax) + 1):
+            g = tuple(ax[len(ax) - k:])
+            grow = math.prod([sizes[a] for a in g])
+            for j in range(r):
+                if j != i and g[0] > last[j] and shape[j] % (split[j] * grow) == 0:
+                    append(("all_to_all", g, with_(g, j), local_bytes))
+    return out
+
+
 class _Search:
     """A resumable single-source Dijkstra over layouts."""
 
@@ -203,8 +273,11 @@ class _Search:
         self.counter = itertools.count(1)
 
 
-class Rescheduler:
-    """Shortest-path rescheduling with a cache (see the module docstring).
+class ReferenceRescheduler:
+    """Shortest-path rescheduling with a cache: the original pure-Python search (reference).
+
+    Kept verbatim as the reference :class:`Rescheduler` is checked against (same results,
+    same paths); it searches lazily over :class:`Layout` objects with ``heapq``.
 
     Parameters
     ----------
@@ -275,6 +348,10 @@ class Rescheduler:
             hit.setflags(write=False)
             self._matrices[key] = hit
         return hit
+
+    def matrices(self, requests) -> list:
+        """:meth:`matrix` of each ``(shape, dtype, sources, targets)`` of ``requests``."""
+        return [self.matrix(*q) for q in requests]
 
     def times(self, shape, dtype, src: Layout, targets) -> np.ndarray:
         """Seconds from ``src`` to each of ``targets`` (one search; inf where unreachable)."""
@@ -419,3 +496,428 @@ class Rescheduler:
         return {"searches": len(self._searches), "paths": len(self._paths), "collectives": len(self._ctime),
                 "states": sum(len(s.dist) for s in self._searches.values()),
                 "expanded": sum(len(a) for a in self._adj.values())}
+
+
+# -- the move-graph engine --------------------------------------------------------------------------
+
+
+def dijkstra_py(indptr, indices, weights, source, targets, dist, prev, done) -> int:
+    """Pure-Python reference of the compiled ``_reschedule.dijkstra`` (same arguments and results).
+
+    Single-source Dijkstra over a CSR graph (``indptr``, ``indices``, ``weights``) from
+    ``source``, stopping once every node of ``targets`` is settled (all nodes if empty).
+    Heap entries are ``(distance, push counter, node)`` and neighbours are relaxed in CSR
+    order with a strict ``<``: exactly the tie-breaking of :class:`ReferenceRescheduler`, so
+    distances and predecessors are identical. Fills ``dist`` (caller-initialised to inf),
+    ``prev`` (CSR edge that reached each node, -1) and ``done`` (0/1); returns the number of
+    settled nodes.
+    """
+    want = {int(t) for t in targets if not done[t]}
+    if len(targets) and not want:
+        return 0
+    all_targets = len(targets) == 0
+    indptr = indptr.tolist() if hasattr(indptr, "tolist") else list(indptr)
+    ind = indices.tolist() if hasattr(indices, "tolist") else list(indices)
+    w = weights.tolist() if hasattr(weights, "tolist") else list(weights)
+    dist[source] = 0.0
+    heap = [(0.0, 0, int(source))]
+    counter = 1
+    settled = 0
+    push, pop = heapq.heappush, heapq.heappop
+    while heap:
+        d, _, u = pop(heap)
+        if done[u]:
+            continue
+        done[u] = 1
+        settled += 1
+        for e in range(indptr[u], indptr[u + 1]):
+            v = ind[e]
+            if done[v]:
+                continue
+            nd = d + w[e]
+            if nd < dist[v]:
+                dist[v] = nd
+                prev[v] = e
+                push(heap, (nd, counter, v))
+                counter += 1
+        if not all_targets and u in want:
+            want.discard(u)
+            if not want:
+                break
+    return settled
+
+
+try:  # the compiled kernel (built by setup.py); the pure-Python reference otherwise
+    from ._reschedule import dijkstra as _dijkstra
+except ImportError:  # pragma: no cover - depends on the build
+    _dijkstra = dijkstra_py
+
+_NO_TARGETS = np.zeros(0, dtype=np.int32)
+
+
+class _MoveGraph:
+    """The move graph of one ``(shape, itemsize, fine sizes)``: placements as nodes, moves as edges.
+
+    Nodes are discovered as closures: when a placement is first asked for, everything
+    reachable from it is enumerated (:func:`_place_moves`, in :func:`moves` order), so a
+    node id beyond what existed when a search ran is unreachable from that search's source.
+    """
+
+    __slots__ = ("shape", "itemsize", "sizes", "index", "places", "rows", "move_info", "_move_id", "_csr")
+
+    def __init__(self, shape, itemsize, sizes):
+        self.shape, self.itemsize, self.sizes = shape, itemsize, sizes
+        self.index: dict = {}
+        self.places: list = []
+        self.rows: list = []  # per node: (weights, targets, move ids)
+        self.move_info: list = []  # move id -> (kind, axes, nbytes)
+        self._move_id: dict = {}
+        self._csr = None
+
+    def node(self, place, step_time) -> int:
+        i = self.index.get(place)
+        if i is None:
+            i = self._expand(place, step_time)
+        return i
+
+    def _expand(self, place, step_time) -> int:
+        shape, itemsize, sizes = self.shape, self.itemsize, self.sizes
+        index, places, rows = self.index, self.places, self.rows
+        move_id, move_info = self._move_id, self.move_info
+        start = len(places)
+        index[place] = start
+        places.append(place)
+        k = start
+        while k < len(places):
+            ws, vs, ms = [], [], []
+            for kind, axes, after, nbytes in _place_moves(shape, itemsize, sizes, places[k]):
+                v = index.get(after)
+                if v is None:
+                    v = index[after] = len(places)
+                    places.append(after)
+                mk = (kind, axes, nbytes)
+                m = move_id.get(mk)
+                if m is None:
+                    m = move_id[mk] = len(move_info)
+                    move_info.append((kind, axes, nbytes, step_time(kind, nbytes, sizes, axes)))
+                ws.append(move_info[m][3])
+                vs.append(v)
+                ms.append(m)
+            rows.append((ws, vs, ms))
+            k += 1
+        self._csr = None
+        return start
+
+    def csr(self):
+        """``(indptr, indices, weights, edge_move, edge_src)`` arrays of the current graph."""
+        if self._csr is None:
+            n = len(self.rows)
+            lens = np.fromiter((len(r[0]) for r in self.rows), dtype=np.int64, count=n)
+            indptr = np.zeros(n + 1, dtype=np.int64)
+            np.cumsum(lens, out=indptr[1:])
+            m = int(indptr[-1])
+            weights = np.fromiter((w for r in self.rows for w in r[0]), dtype=np.float64, count=m)
+            indices = np.fromiter((v for r in self.rows for v in r[1]), dtype=np.int32, count=m)
+            edge_move = np.fromiter((x for r in self.rows for x in r[2]), dtype=np.int32, count=m)
+            edge_src = np.repeat(np.arange(n, dtype=np.int32), lens)
+            self._csr = (indptr, indices, weights, edge_move, edge_src)
+        return self._csr
+
+
+class _Run:
+    """One (possibly early-stopped) Dijkstra from a source node of a :class:`_MoveGraph`."""
+
+    __slots__ = ("dist", "prev", "done", "complete")
+
+    def __init__(self, dist, prev, done, complete):
+        self.dist, self.prev, self.done, self.complete = dist, prev, done, complete
+
+
+class Rescheduler(ReferenceRescheduler):
+    """Shortest-path rescheduling with a cache (see the module docstring).
+
+    Parameters
+    ----------
+    comm : CommModel
+        Anything with ``collective_time(kind, nbytes, groups)``.
+    slice_time : float, default 0.0
+        Seconds charged per local slice.
+
+    Notes
+    -----
+    The moves between layouts of one ``(shape, itemsize, fine sizes)`` form a fixed graph:
+    it is enumerated once (per reachable closure) into CSR arrays, and each source runs a
+    compiled Dijkstra (``_reschedule.dijkstra``, pure-Python :func:`dijkstra_py` if not
+    built) with the tie-breaking of :class:`ReferenceRescheduler`, so times *and* paths are
+    identical to it. :meth:`matrix` runs one search per source, stopped once every target is
+    settled; paths are rebuilt from the predecessor edges only when :meth:`path` asks.
+    Layouts over different fine grids that cannot be re-expressed on the source's grid use
+    the reference search over several grids.
+    """
+
+    #: Upper bound on the nodes of the Dijkstra results kept (LRU), about 13 bytes each.
+    RUN_CACHE_NODES = 1 << 22
+
+    def __init__(self, comm, *, slice_time: float = 0.0):
+        super().__init__(comm, slice_time=slice_time)
+        self._graphs: dict = {}
+        self._runs: dict = {}  # (graph key, source id) -> _Run, insertion order = LRU order
+        self._run_nodes = 0
+        self._fits: dict = {}
+        self._nruns = 0
+
+    # -- graph and searches -----------------------------------------------------------------
+    def _graph(self, shape, itemsize, sizes) -> _MoveGraph:
+        key = (shape, itemsize, sizes)
+        g = self._graphs.get(key)
+        if g is None:
+            g = self._graphs[key] = _MoveGraph(shape, itemsize, sizes)
+        return g
+
+    def _run(self, g: _MoveGraph, sid: int, tids=None) -> _Run:
+        """A search from ``sid`` that has settled every node of ``tids`` (int array; all nodes if None)."""
+        key = (g.shape, g.itemsize, g.sizes, sid)
+        runs = self._runs
+        r = runs.get(key)
+        if tids is not None:
+            tids = np.asarray(tids, dtype=np.int32)
+        if r is not None:
+            if r.complete or (tids is not None and bool(r.done[tids[tids < len(r.done)]].all())):
+                runs[key] = runs.pop(key)  # most recently used
+                return r
+        indptr, indices, weights, _, _ = g.csr()
+        n = len(indptr) - 1
+        dist = np.full(n, np.inf)
+        prev = np.full(n, -1, dtype=np.int32)
+        done = np.zeros(n, dtype=np.int8)
+        if tids is None:
+            targets = _NO_TARGETS
+        else:
+            targets = np.ascontiguousarray(tids[tids < n])
+            if targets.shape[0] == 0:
+                targets = np.array([sid], dtype=np.int32)
+        _dijkstra(indptr, indices, weights, sid, targets, dist, prev, done)
+        self._nruns += 1
+        complete = tids is None or not bool(np.any((done == 0) & (dist < np.inf)))
+        r = _Run(dist, prev, done, complete)
+        old = runs.pop(key, None)
+        if old is not None:
+            self._run_nodes -= len(old.dist)
+        runs[key] = r
+        self._run_nodes += n
+        while self._run_nodes > self.RUN_CACHE_NODES and len(runs) > 1:
+            k0 = next(iter(runs))
+            self._run_nodes -= len(runs.pop(k0).dist)
+        return r
+
+    def _fit(self, shape, lay) -> bool:
+        key = (shape, lay.sizes, lay.place)
+        f = self._fits.get(key)
+        if f is None:
+            f = self._fits[key] = lay.fits(shape)
+        return f
+
+    def _pair_ok(self, shape, src, dst) -> bool:
+        """Whether :meth:`_check` passes (without building error messages)."""
+        return (self._fit(shape, src) and self._fit(shape, dst) and src.num_devices == dst.num_devices
+                and not (PARTIAL in dst.place and PARTIAL not in src.place))
+
+    def _target_id(self, g, src, dst):
+        """Node id of ``dst`` in ``src``'s graph: -1 unreachable, None: needs the multi-grid search."""
+        if dst.sizes != src.sizes:
+            dst = dst.reexpress(src.sizes)
+            if dst is None:
+                return None
+        return g.index.get(dst.place, -1)
+
+    def _dist(self, shape, itemsize, src, dst) -> float:
+        """Seconds from ``src`` to ``dst`` (checked, ``src != dst``)."""
+        g = self._graph(shape, itemsize, src.sizes)
+        sid = g.node(src.place, self.step_time)
+        tid = self._target_id(g, src, dst)
+        if tid is None:
+            return self._solve_general(shape, itemsize, src, dst)[0]
+        if tid < 0:
+            return math.inf
+        r = self._run(g, sid, (tid,))
+        if tid >= len(r.dist) or not r.done[tid]:
+            return math.inf
+        return float(r.dist[tid])
+
+    # -- public API ---------------------------------------------------------------------------
+    def time(self, shape, dtype, src: Layout, dst: Layout) -> float:
+        """Seconds of the cheapest rescheduling (0 when ``src == dst``; inf if unreachable)."""
+        if src == dst:
+            return 0.0
+        return self._dist(self._check(shape, src, dst), _itemsize(dtype), src, dst)
+
+    def times(self, shape, dtype, src: Layout, targets) -> np.ndarray:
+        """Seconds from ``src`` to each of ``targets`` (one search; inf where unreachable)."""
+        shape = tuple(int(s) for s in shape)
+        itemsize = _itemsize(dtype)
+        targets = tuple(targets)
+        if not targets:
+            return np.empty(0)
+        return self._batch([(shape, itemsize, (src,), targets)])[0][0]
+
+    def matrix(self, shape, dtype, sources, targets) -> np.ndarray:
+        """``(len(sources), len(targets))`` seconds of every rescheduling (cached per argument tuple)."""
+        return self.matrices([(shape, dtype, sources, targets)])[0]
+
+    def matrices(self, requests) -> list:
+        """:meth:`matrix` of each ``(shape, dtype, sources, targets)`` of ``requests``, batched.
+
+        Every distinct source layout is searched once, until all the targets any request
+        asks of it are settled. Results are cached per argument tuple like :meth:`matrix`.
+        """
+        out: list = [None] * len(requests)
+        todo, keys = [], {}
+        for q, (shape, dtype, sources, targets) in enumerate(requests):
+            shape = tuple(int(s) for s in shape)
+            itemsize = _itemsize(dtype)
+            sources, targets = tuple(sources), tuple(targets)
+            key = (shape, itemsize, sources, targets)
+            hit = self._matrices.get(key)
+            if hit is not None:
+                out[q] = hit
+            elif key in keys:
+                keys[key].append(q)
+            else:
+                keys[key] = [q]
+                todo.append(key)
+        if todo:
+            for key, m in zip(todo, self._batch(todo)):
+                m.setflags(write=False)
+                self._matrices[key] = m
+                for q in keys[key]:
+                    out[q] = m
+        return out
+
+    def _batch(self, requests) -> list:
+        """Seconds matrices of ``(shape, itemsize, sources, targets)`` requests (pairs checked like :meth:`_check`)."""
+        mats = [np.empty((len(sources), len(targets))) for _, _, sources, targets in requests]
+        # 1. check every pair, enumerate the move graphs of every source
+        srcs = []  # per request, per source: (graph, source node id)
+        for shape, itemsize, sources, targets in requests:
+            ids = []
+            if targets:
+                t_fit = all(self._fit(shape, d) for d in targets)
+                t_dev = {d.num_devices for d in targets}
+                t_partial = any(PARTIAL in d.place for d in targets)
+            for src in sources:
+                if not targets:
+                    ids.append(None)
+                    continue
+                if not (t_fit and len(t_dev) == 1 and self._fit(shape, src) and src.num_devices in t_dev
+                        and (not t_partial or PARTIAL in src.place)):
+                    for dst in targets:  # raise the reference's error for the first bad pair
+                        if not self._pair_ok(shape, src, dst):
+                            self._check(shape, src, dst)
+                g = self._graph(shape, itemsize, src.sizes)
+                ids.append((g, g.node(src.place, self.step_time)))
+            srcs.append(ids)
+        # 2. target node ids per request and grid (graphs are complete for these sources now)
+        work: dict = {}  # (graph key, sid) -> [graph, sid, [(request, row, tinfo)]]
+        general = []
+        for q, (shape, itemsize, sources, targets) in enumerate(requests):
+            tinfo: dict = {}
+            for a, src in enumerate(sources):
+                if srcs[q][a] is None:
+                    continue
+                g, sid = srcs[q][a]
+                ti = tinfo.get(src.sizes)
+                if ti is None:
+                    tids = np.empty(len(targets), dtype=np.int64)
+                    gen = []
+                    for i, dst in enumerate(targets):
+                        t = self._target_id(g, src, dst)
+                        if t is None:
+                            gen.append(i)
+                            t = -1
+                        tids[i] = t
+                    need = np.unique(tids[tids >= 0]).astype(np.int32)
+                    ti = tinfo[src.sizes] = (np.maximum(tids, 0), tids < 0, gen, need)
+                w = work.get((id(g), sid))
+                if w is None:
+                    w = work[(id(g), sid)] = [g, sid, []]
+                w[2].append((q, a, ti))
+                if ti[2]:
+                    general.append((q, a, ti[2]))
+        # 3. one search per distinct source, until every target asked of it is settled
+        for g, sid, uses in work.values():
+            needs = {id(ti[3]): ti[3] for _, _, ti in uses}
+            if len(needs) == 1:
+                need = next(iter(needs.values()))
+            else:
+                mask = np.zeros(len(g.places), dtype=bool)
+                for nd in needs.values():
+                    mask[nd] = True
+                need = np.flatnonzero(mask).astype(np.int32)
+            r = self._run(g, sid, need)
+            n = len(r.dist)
+            stale = n < len(g.places)  # a cached search from before the graph grew
+            for q, a, (safe, absent, _, _) in uses:
+                if stale:  # nodes added since are unreachable from it
+                    absent = absent | (safe >= n)
+                    safe = np.where(absent, 0, safe)
+                row = r.dist[safe]
+                row[absent] = np.inf
+                mats[q][a] = row
+        for q, a, gen in general:
+            shape, itemsize, sources, targets = requests[q]
+            src = sources[a]
+            for i in gen:
+                dst = targets[i]
+                mats[q][a, i] = 0.0 if src == dst else self._solve_general(shape, itemsize, src, dst)[0]
+        return mats
+
+    def path(self, shape, dtype, src: Layout, dst: Layout) -> ReschedulePath:
+        """The cheapest sequence of collectives turning ``src`` into ``dst``."""
+        shape = self._check(shape, src, dst)
+        itemsize = _itemsize(dtype)
+        key = (shape, itemsize, src.sizes, src.place, dst.sizes, dst.place)
+        hit = self._paths.get(key)
+        if hit is not None:
+            return hit
+        if src == dst:
+            p = ReschedulePath(src, dst, (), 0.0)
+            self._paths[key] = p
+            return p
+        g = self._graph(shape, itemsize, src.sizes)
+        sid = g.node(src.place, self.step_time)
+        tid = self._target_id(g, src, dst)
+        if tid is None:
+            return super().path(shape, itemsize, src, dst)  # multi-grid reference search (caches itself)
+        r = self._run(g, sid, (tid,)) if tid >= 0 else None
+        if r is None or tid >= len(r.dist) or not r.done[tid] or not math.isfinite(r.dist[tid]):
+            raise InvalidInputError(f"no rescheduling from {src} to {dst} for shape {list(shape)}")
+        _, _, _, edge_move, edge_src = g.csr()
+        sizes = g.sizes
+        steps = []
+        node = tid
+        after = Layout(sizes, g.places[node])
+        while r.prev[node] >= 0:
+            e = int(r.prev[node])
+            u = int(edge_src[e])
+            kind, axes, nbytes, t = g.move_info[int(edge_move[e])]
+            before = Layout(sizes, g.places[u])
+            steps.append(RescheduleStep(kind, axes, fine_groups(sizes, axes) if kind != "slice" else (),
+                                        nbytes, self.step_time(kind, nbytes, sizes, axes), before, after))
+            node, after = u, before
+        steps.reverse()
+        if steps:  # the last state may be an equal-key re-expression: report dst itself
+            last = steps[-1]
+            steps[-1] = RescheduleStep(last.kind, last.fine_axes, last.groups, last.nbytes, last.time,
+                                       last.before, dst if last.after.sizes == dst.sizes else last.after)
+        p = ReschedulePath(src, dst, tuple(steps), float(sum(s.time for s in steps)))
+        self._paths[key] = p
+        return p
+
+    def cache_info(self) -> dict:
+        """Sizes of the caches (searches, paths, collective times, move-graph states)."""
+        info = super().cache_info()
+        info["searches"] += self._nruns
+        info["states"] += sum(len(g.places) for g in self._graphs.values())
+        info["expanded"] += sum(len(g.rows) for g in self._graphs.values())
+        info["graphs"] = len(self._graphs)
+        return info

@@ -162,7 +162,6 @@ class Context:
         return [P] + [parents[s] for s in rest], cells
 
     def _combine_raw(self, parents, term_off, term_cells, thin):
-        S = len(parents)
         n_out = term_off.shape[0] - 1
         eps = self.epsilon if thin else 0.0
         offs = [p.offsets for p in parents]

@@ -162,8 +162,9 @@ def random_layered_dag(n_layers, width, k, layouts=None, options=1, skip_prob=0.
     """A layered DAG: a source, then ``n_layers - 1`` layers of ``width`` nodes.
 
     Every node takes an input from a random node of the previous layer, a second one
-    with probability 1/2, and a skip edge from each earlier layer with probability
-    ``skip_prob`` (skip edges and wide layers force branch/heuristic elimination).
+    with probability 1/2, and with probability ``skip_prob`` a skip (residual) edge from
+    a random node 2 to 4 layers back (skip edges and wide layers force
+    branch/heuristic elimination).
 
     Examples
     --------
@@ -190,9 +191,9 @@ def random_layered_dag(n_layers, width, k, layouts=None, options=1, skip_prob=0.
             srcs = {int(rng.choice(prev))}
             if len(prev) > 1 and rng.uniform() < 0.5:
                 srcs.add(int(rng.choice(prev)))
-            for earlier in layers[:-1]:
-                if rng.uniform() < skip_prob:
-                    srcs.add(int(rng.choice(earlier)))
+            if len(layers) >= 2 and rng.uniform() < skip_prob:
+                back = int(rng.integers(2, min(4, len(layers)) + 1))
+                srcs.add(int(rng.choice(layers[-back])))
             for u in sorted(srcs):
                 b.edge(u, v)
             layer.append(v)

@@ -88,9 +88,18 @@ def soap_to_choices(strategy: SoapStrategy, mcg, fallback=None) -> np.ndarray | 
 
 
 def parse_budget(budget) -> tuple[int, float | None]:
-    """``(iterations, seconds)`` from ``1000`` (iterations) or ``"30s"`` (wall-clock seconds)."""
+    """``(iterations, seconds)`` from ``1000`` or ``"1000"`` (iterations) or ``"30s"`` (wall-clock seconds).
+
+    A bare integer, or a string of digits (as typed on the command line), counts MCMC
+    proposals; anything with a unit (or a float) is a wall-clock duration.
+
+    >>> parse_budget(500), parse_budget("500"), parse_budget("2min")
+    ((500, None), (500, None), (1000000000, 120.0))
+    """
     if budget is None:
         return 2000, None
+    if isinstance(budget, str) and budget.strip().isdigit():
+        budget = int(budget.strip())
     if isinstance(budget, (int, np.integer)) and not isinstance(budget, bool):
         if budget < 1:
             raise InvalidInputError(f"budget must be a positive iteration count or a duration, got {budget!r}")

@@ -1,0 +1,159 @@
+"""The ``tensoropt-py`` command: every subcommand on a small model, and bad input.
+
+Most cases call ``cli.main([...])`` in-process (fast); one runs ``python -m tensoropt_py``
+in a subprocess to check the real entry point.
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tensoropt_py import cli
+from tensoropt_py.plan import Plan
+
+PNG = b"\x89PNG\r\n\x1a\n"
+SMALL = ["--model", "mlp", "--cluster", "cpu-1x4"]
+
+
+def run(capsys, *argv):
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_frontier_writes_plot_and_json(capsys, tmp_path):
+    png, js = tmp_path / "X.png", tmp_path / "Y.json"
+    code, out, err = run(capsys, "frontier", *SMALL, "--devices", "4", "--plot", str(png), "--json", str(js))
+    assert code == 0, err
+    assert png.read_bytes()[:8] == PNG
+    data = json.loads(js.read_text())
+    assert data["devices"] == 4 and data["model"] == "mlp" and len(data["memory"]) == len(data["time"]) >= 1
+    assert "<- picked" in out and "turning point" in out
+
+
+def test_frontier_with_baselines_and_cap(capsys, tmp_path):
+    png = tmp_path / "b.png"
+    code, out, err = run(capsys, "frontier", *SMALL, "--devices", "4", "--exact", "--baselines",
+                         "--memory-cap", "0.9MB", "--plot", str(png))
+    assert code == 0, err
+    for name in ("data parallel", "OptCNN", "ToFu", "SOYBEAN"):
+        assert f"{name}: Plan(" in out
+    assert "900 kB" in out
+    assert png.read_bytes()[:8] == PNG
+
+
+def test_frontier_cap_below_everything_still_prints(capsys):
+    code, out, err = run(capsys, "frontier", *SMALL, "--devices", "4", "--memory-cap", "1kB")
+    assert code == 0
+    assert "no strategy fits under the cap" in out
+
+
+def test_find_then_show(capsys, tmp_path):
+    path = tmp_path / "PLAN.json"
+    code, out, err = run(capsys, "find", *SMALL, "--devices", "4", "--memory-cap", "1MB", "--json", str(path))
+    assert code == 0, err
+    plan = Plan.from_json(path)
+    assert plan.devices == 4 and plan.memory <= 1e6
+    code, out, err = run(capsys, "show", str(path))
+    assert code == 0, err
+    assert out.startswith(plan.summary())
+    assert all(o.name in out for o in plan.operators)
+
+
+def test_find_mini_parallelism_and_refine(capsys, tmp_path):
+    path = tmp_path / "p.json"
+    code, out, err = run(capsys, "find", *SMALL, "--option", "mini_parallelism", "--memory-cap", "2MB",
+                         "--json", str(path))
+    assert code == 0, err
+    assert Plan.from_json(path).devices == 2  # 1 device needs ~3.4 MB, 2 devices ~1.7 MB
+    code, out, err = run(capsys, "find", *SMALL, "--devices", "4", "--refine", "mcmc", "--budget", "20",
+                         "--seed", "1", "--json", str(path))
+    assert code == 0, err
+    assert Plan.from_json(path).simulated_time is not None
+
+
+def test_profile(capsys, tmp_path):
+    png, js = tmp_path / "p.png", tmp_path / "p.json"
+    code, out, err = run(capsys, "profile", *SMALL, "--devices", "1,2,4", "--memory-cap", "1MB",
+                         "--plot", str(png), "--json", str(js))
+    assert code == 0, err
+    rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
+    assert [r[0] for r in rows] == ["1", "2", "4"]
+    assert "does not fit" in out
+    data = json.loads(js.read_text())
+    assert data["devices"] == [1, 2, 4] and data["time"][0] is None and data["time"][2] > 0
+    assert png.read_bytes()[:8] == PNG
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["frontier", "--model", "nope", "--cluster", "cpu-1x4"], ["unknown model 'nope'", "mlp"]),
+        (["frontier", "--model", "mlp", "--cluster", "nope"], ["nope", "cpu-1x4", "v100-2x8"]),
+        (["find", *SMALL, "--devices", "4", "--memory-cap", "5XB"], ["5XB"]),
+        (["find", *SMALL, "--devices", "4", "--memory-cap", "0GB"], ["0GB"]),
+        (["frontier", *SMALL, "--devices", "0"], ["positive", "0"]),
+        (["frontier", *SMALL, "--devices", "-2"], ["positive", "-2"]),
+        (["frontier", *SMALL, "--devices", "3"], ["devices=3", "(1, 2, 4)"]),
+        (["profile", *SMALL, "--devices", "1,x"], ["1,x"]),
+        (["profile", *SMALL, "--devices", "1,0"], ["positive"]),
+        (["show", "/nonexistent/PLAN.json"], ["/nonexistent/PLAN.json", "does not exist"]),
+        (["find", "--model", "mlp:colour=red", "--cluster", "cpu-1x4"], ["colour"]),
+        (["find", *SMALL, "--refine", "mcmc", "--budget", "soon"], ["soon"]),
+    ],
+)
+def test_bad_input_one_line_exit_2(capsys, argv, words):
+    code, out, err = run(capsys, *argv)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tensoropt-py: error: "), err
+    assert "Traceback" not in err
+    for w in words:
+        assert w in lines[0]
+
+
+def test_infeasible_exit_1(capsys):
+    code, out, err = run(capsys, "find", *SMALL, "--devices", "4", "--memory-cap", "1kB")
+    assert code == 1
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "smallest memory any strategy needs" in lines[0] and "1 kB" in lines[0]
+
+
+def test_show_rejects_non_plan(capsys, tmp_path):
+    path = tmp_path / "f.json"
+    assert cli.main(["frontier", *SMALL, "--devices", "2", "--json", str(path)]) == 0
+    capsys.readouterr()
+    code, out, err = run(capsys, "show", str(path))
+    assert code == 2 and "not a tensoropt_py plan" in err
+
+
+def test_argparse_errors_exit_2(capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["frontier"])  # --model missing
+    assert info.value.code == 2
+    with pytest.raises(SystemExit) as info:
+        cli.main(["nosuchcommand"])
+    assert info.value.code == 2
+
+
+@pytest.mark.parametrize("command", ["calibrate", "run"])
+def test_mpi_subcommands_have_help(capsys, command):
+    with pytest.raises(SystemExit) as info:
+        cli.main([command, "--help"])
+    assert info.value.code == 0
+    assert "usage" in capsys.readouterr().out
+
+
+def test_python_dash_m_entry_point(tmp_path):
+    """The real command line, in a fresh interpreter: output, files and a clean error."""
+    plan = tmp_path / "PLAN.json"
+    done = subprocess.run([sys.executable, "-m", "tensoropt_py", "find", *SMALL, "--devices", "2",
+                           "--json", str(plan)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert plan.exists()
+    done = subprocess.run([sys.executable, "-m", "tensoropt_py", "show", str(tmp_path / "missing.json")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and "Traceback" not in done.stderr

@@ -1,0 +1,96 @@
+"""Figures (Fig. 6, 7, 8 style): each one renders to a PNG, with units in the labels."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import tensoropt_py as to  # noqa: E402
+from tensoropt_py import baselines as bl  # noqa: E402
+from tensoropt_py.plot import plot_frontier, plot_frontiers, plot_profile  # noqa: E402
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(autouse=True)
+def _close():
+    yield
+    plt.close("all")
+
+
+@pytest.fixture(scope="module")
+def fr():
+    return to.frontier("mlp", "cpu-1x4", devices=4, exact=True)
+
+
+def _is_png(path):
+    return path.exists() and path.read_bytes()[:8] == PNG and path.stat().st_size > 1000
+
+
+def test_fig6_frontier_with_baselines(fr, tmp_path):
+    path = tmp_path / "fig6.png"
+    base = bl.all_baselines(fr.model_cost_graph, to.Cluster.preset("cpu-1x4"))
+    base["Mesh-TensorFlow"] = bl.mesh_tensorflow("mlp", "cpu-1x4", 4)
+    fig = fr.plot(path, memory_cap=float(fr.memory[3]), baselines=base)
+    assert _is_png(path)
+    ax = fig.axes[0]
+    # mlp's frontier needs < 1 MB per device and data parallelism ~3.3 MB: MB, not a column of 0.00x GB
+    assert ax.get_xlabel() == "memory per device (MB)"
+    assert ax.get_ylabel() == "per-iteration time (ms)"  # data parallelism: 1.2 ms
+    assert 1 <= ax.get_xlim()[1] < 1000 and 1 <= ax.get_ylim()[1] < 1000
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    for name in ("cost frontier (time)", "turning point", "data parallel", "OptCNN", "ToFu", "SOYBEAN",
+                 "Mesh-TensorFlow"):
+        assert name in labels
+    assert any(label.startswith("memory cap") and "MB" in label for label in labels)
+    assert ax.get_title() == "mlp on cpu-1x4 (4 devices)"
+
+
+def test_fig6_units_follow_data(tmp_path):
+    from types import SimpleNamespace
+
+    big = SimpleNamespace(memory=np.array([4e9, 8e9, 12e9]), time=np.array([3.0, 1.5, 1.2]),
+                          compute_time=np.array([1.0, 1.0, 1.0]), communication_time=np.array([2.0, 0.5, 0.2]))
+    fig = plot_frontier(big, path=tmp_path / "big.png", memory_cap=14.5e9, turning_point=1)
+    assert fig.axes[0].get_xlabel() == "memory per device (GB)"
+    assert fig.axes[0].get_ylabel() == "per-iteration time (s)"
+    xs = fig.axes[0].lines[1].get_xdata()  # the frontier's markers, in GB
+    np.testing.assert_allclose(xs, [4, 8, 12])
+    assert _is_png(tmp_path / "big.png")
+
+
+def test_fig7_several_frontiers(tmp_path):
+    path = tmp_path / "fig7.png"
+    frs = {f"{n} devices": to.frontier("mlp", "cpu-1x4", devices=n) for n in (2, 4)}
+    fig = plot_frontiers(frs, path=path, title="mlp frontiers")
+    assert _is_png(path)
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["2 devices", "4 devices"]
+    assert "(" in fig.axes[0].get_xlabel() and "(" in fig.axes[0].get_ylabel()
+
+
+def test_fig8_profile(tmp_path):
+    path = tmp_path / "fig8.png"
+    prof = to.find_strategy("mlp", "cpu-1x4", option="profiling", devices=[1, 2, 4], memory_cap="1MB")
+    fig = prof.plot(path, baselines={"data parallel": [np.nan, np.nan, 1.2e-3]})
+    assert _is_png(path)
+    ax = fig.axes[0]
+    assert ax.get_xlabel() == "number of devices"
+    assert ax.get_ylabel() == "best per-iteration time (ms)"
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2", "4"]
+    assert sum(t.get_text() == "does not fit" for t in ax.texts) == 2 + 2
+    assert "memory cap 1 MB" in ax.get_title()
+
+
+def test_fig8_rejects_mismatched_lengths():
+    with pytest.raises(ValueError, match="3 device counts"):
+        plot_profile([1, 2, 4], {"TensorOpt": [1.0, 2.0]})
+
+
+def test_save_as_pdf_and_svg(fr, tmp_path):
+    for ext, magic in (("pdf", b"%PDF"), ("svg", b"<?xml")):
+        path = tmp_path / f"f.{ext}"
+        fr.plot(path)
+        assert path.read_bytes()[: len(magic)] == magic
