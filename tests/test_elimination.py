@@ -237,3 +237,17 @@ def test_staged_products_and_batched_terms_stay_exact(seed, monkeypatch):
         m, t = evaluate(cg, fr.choices, fr.edge_choices)
         np.testing.assert_allclose(m, fr.memory, rtol=1e-12)
         np.testing.assert_allclose(t, fr.time, rtol=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_unique_rows_matches_numpy(seed):
+    from tensoropt_py.elimination.table import _unique_rows
+
+    rng = np.random.default_rng(seed)
+    radices = [int(r) for r in rng.integers(1, 7, size=3)]
+    rows = np.stack([rng.integers(0, r, size=200) for r in radices], axis=1).astype(np.int64)
+    uniq, inv = _unique_rows(rows, radices)
+    u2, i2 = np.unique(rows, axis=0, return_inverse=True)
+    np.testing.assert_array_equal(uniq, u2)
+    np.testing.assert_array_equal(inv, i2.reshape(-1))
+    np.testing.assert_array_equal(uniq[inv], rows)

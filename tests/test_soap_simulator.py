@@ -19,6 +19,7 @@ from tensoropt_py.soap import (
     parallel_dims,
     strategy_from_split_factors,
 )
+from tensoropt_py.soap import task_graph as tgm
 from tensoropt_py.soap.testing import chain_graph, lenet_graph, mlp_graph, rnn_graph
 
 
@@ -153,7 +154,9 @@ CLUSTERS = {
         ("mlp", "v100-4x8", 32, "any"),
     ],
 )
-def test_delta_equals_full(model, cluster, devices, placement):
+@pytest.mark.parametrize("backend", sorted(tgm.BACKENDS))
+def test_delta_equals_full(model, cluster, devices, placement, backend, monkeypatch):
+    monkeypatch.setattr(tgm, "_default_backend", backend)
     g = {"mlp": lambda: mlp_graph(batch=64, width=256, layers=3), "lenet": lenet_graph,
          "rnn": lambda: rnn_graph(batch=32, steps=3, vocab=1024, hidden=256)}[model]()
     sim = Simulator(g, CLUSTERS[cluster], devices)
@@ -169,6 +172,7 @@ def test_delta_equals_full(model, cluster, devices, placement):
         assert delta.time == full.time
         assert np.array_equal(delta.per_device_memory, full.per_device_memory)
         st.tg.check()
+        assert st.tg.backend == backend
 
 
 def test_simulate_is_deterministic_and_str():

@@ -118,6 +118,35 @@ def test_heuristic_is_used_and_counted():
             assert np.any((fr.memory <= m) & (fr.time <= t))
 
 
+def _union_of_runs(a, b):
+    mem = np.concatenate([a.memory, b.memory])
+    tim = np.concatenate([a.time, b.time])
+    order = np.lexsort((np.arange(mem.size), tim, mem))
+    ts = tim[order]
+    keep = order[ts < np.minimum.accumulate(np.concatenate([[np.inf], ts[:-1]]))]
+    return mem[keep], tim[keep], np.concatenate([a.choices, b.choices])[keep]
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("seed,layouts,eps", [(2, None, 0.0), (3, 4, 0.0), (11, 4, 0.01), (5, None, 1e-3)])
+def test_auto_fork_equals_two_full_runs(method, seed, layouts, eps):
+    # "auto" resumes a snapshot taken just before the first heuristic elimination instead
+    # of re-running everything: it must give exactly the reduced union of the two runs
+    cg = random_layered_dag(10, 3, 5, layouts=layouts, options=2, skip_prob=0.4, seed=seed)
+    kw = dict(method=method, exact=False, epsilon=eps, max_configs=8, threads=1)
+    fr = track(cg, heuristic="auto", **kw)
+    a = track(cg, heuristic="min_memory", **kw)
+    b = track(cg, heuristic="weighted", **kw)
+    assert fr.n_heuristic == a.n_heuristic > 0
+    assert fr.stats["heuristic_runs"] == 2
+    mem, tim, ch = _union_of_runs(a, b)
+    np.testing.assert_array_equal(fr.memory, mem)
+    np.testing.assert_array_equal(fr.time, tim)
+    np.testing.assert_array_equal(fr.choices, ch)
+    assert fr.epsilon_depth == max(a.epsilon_depth, b.epsilon_depth)
+    assert_achievable(cg, fr)
+
+
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("layouts", [None, 4])
 def test_large_layered_dags_are_achievable(method, layouts):
@@ -228,3 +257,78 @@ def test_bad_arguments(kwargs, match):
 def test_track_rejects_non_cost_graph():
     with pytest.raises(InvalidInputError, match="cg must be a CostGraph"):
         track([np.zeros((2, 2))])
+
+
+# ---- memo of identical combines (repeated layers) -------------------------------------
+
+
+def repeated_blocks(n_blocks, k=6, layouts=False, seed=0):
+    """A chain of identical residual diamonds s -> a -> t, s -> b -> t, s -> t (t = next s)."""
+    rng = np.random.default_rng(seed)
+    node = [rng.uniform(0, 10, size=(k, 2)) for _ in range(3)]  # s/t, a, b
+
+    def edge():
+        if layouts:
+            return LayoutEdge(np.arange(k) % 3, np.arange(k) % 4, rng.uniform(0, 5, size=(3, 4, 2)))
+        return rng.uniform(0, 5, size=(k, k, 2))
+
+    tabs = [edge() for _ in range(5)]  # s-a, s-b, a-t, b-t, s-t
+    nodes, edges = [node[0]], []
+    for _ in range(n_blocks):
+        s = len(nodes) - 1
+        nodes += [node[1], node[2], node[0]]
+        a, b, t = s + 1, s + 2, s + 3
+        edges += [(s, a, tabs[0]), (s, b, tabs[1]), (a, t, tabs[2]), (b, t, tabs[3]), (s, t, tabs[4])]
+    return CostGraph(nodes, edges)
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("layouts", [False, True])
+@pytest.mark.parametrize("eps", [0.0, 1e-3])
+def test_memo_of_repeated_layers_changes_nothing(method, layouts, eps, monkeypatch):
+    from tensoropt_py.elimination import table
+
+    cg = repeated_blocks(5, layouts=layouts)
+    monkeypatch.setattr(table, "_MEMO_MIN_TERMS", 1)
+    fr = track(cg, method=method, exact=True, epsilon=eps, threads=1)
+    assert fr.stats["memo_hits"] > 0
+    monkeypatch.setattr(table, "_MEMO_MIN_TERMS", 1 << 62)
+    ref = track(cg, method=method, exact=True, epsilon=eps, threads=1)
+    assert ref.stats["memo_hits"] == 0
+    np.testing.assert_array_equal(fr.memory, ref.memory)
+    np.testing.assert_array_equal(fr.time, ref.time)
+    np.testing.assert_array_equal(fr.choices, ref.choices)
+    np.testing.assert_array_equal(fr.edge_choices, ref.edge_choices)
+    assert fr.epsilon_depth == ref.epsilon_depth
+    assert_achievable(cg, fr)
+
+
+@settings(max_examples=60, deadline=None)
+@given(small_dags())
+def test_exact_equals_brute_force_with_memo_everywhere(cg):
+    # integer costs repeat a lot: with every combine memoised, many results are reused
+    from tensoropt_py.elimination import table
+
+    old = table._MEMO_MIN_TERMS
+    table._MEMO_MIN_TERMS = 1
+    try:
+        bf = brute_force_frontier(cg)
+        for method in METHODS:
+            fr = track(cg, method=method, exact=True, threads=1)
+            assert_same_frontier(fr, bf)
+            assert_achievable(cg, fr)
+    finally:
+        table._MEMO_MIN_TERMS = old
+
+
+def test_exact_on_repeated_blocks_equals_brute_force(monkeypatch):
+    from tensoropt_py.elimination import table
+
+    monkeypatch.setattr(table, "_MEMO_MIN_TERMS", 1)
+    cg = repeated_blocks(2, k=3)
+    bf = brute_force_frontier(cg)
+    for method in METHODS:
+        fr = track(cg, method=method, exact=True, threads=1)
+        assert fr.stats["memo_hits"] > 0
+        assert_same_frontier(fr, bf)
+        assert_achievable(cg, fr)

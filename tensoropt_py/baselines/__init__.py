@@ -192,9 +192,12 @@ def soybean(model=None, cluster=None, devices=None, *, cost_graph=None, optimize
     Cut ``j`` halves every operator's device group along fine mesh axis ``j`` (the
     outermost first: across machines before inside them). Given cuts ``0..j-1``, a DP
     over the graph (the engine, with communication time as the only cost) picks for
-    every operator which loop dimension cut ``j`` splits (or none: replication), with
-    the later axes still replicated; the choice is then fixed. Data loading keeps its
-    data-parallel configuration, as in the frontier's space.
+    every operator which loop dimension cut ``j`` splits, with the later axes still
+    replicated; the choice is then fixed. SOYBEAN's tilings never compute redundantly
+    (its aligned layouts are "correct, non-redundant, balanced"), so a cut must split a
+    loop dimension wherever the operator has one left to split; only operators with
+    none may replicate. Data loading keeps its data-parallel configuration, as in the
+    frontier's space.
     """
     mcg, cl = _prepare(model, cluster, devices, cost_graph, optimizer)
     n = mcg.num_devices
@@ -210,6 +213,8 @@ def soybean(model=None, cluster=None, devices=None, *, cost_graph=None, optimize
             ok = [c for c, cfg in enumerate(cfgs)
                   if all(cfg.fine[a] == d for a, d in fixed[i].items())
                   and all(f < 0 for f in cfg.fine[cut + 1:])]
+            splitting = [c for c in ok if cfgs[c].fine[cut] >= 0]
+            ok = splitting or ok  # replication (zero communication) only where nothing can split
             if not ok:  # e.g. data loading (always fully split) or pruned configs: keep what matches so far
                 ok = [c for c, cfg in enumerate(cfgs) if all(cfg.fine[a] == d for a, d in fixed[i].items())]
             keep.append(np.asarray(ok or range(len(cfgs)), dtype=np.int64))

@@ -31,10 +31,17 @@ from .node_elimination import detach, eliminate_node, fold_leaf
 __all__ = ["simplify"]
 
 
-def simplify(g, method, exact, max_configs, heuristic, topological_order):
-    """Simplify working graph ``g`` in place; returns the marked chains (``[]`` for elimination)."""
+def simplify(g, method, exact, max_configs, heuristic, topological_order, marker=None, on_heuristic=None):
+    """Simplify working graph ``g`` in place; returns the marked chains (``[]`` for elimination).
+
+    ``marker``: resume with this chain marking (of ``g``) instead of a fresh one.
+    ``on_heuristic(g, marker)``: called once, just before the first heuristic elimination
+    (``heuristic="auto"`` snapshots the state there and later resumes the snapshot with
+    the other heuristic instead of re-running everything).
+    """
     ldp = method == "ldp"
-    marker = ChainMarker(g, topological_order) if ldp else None
+    if ldp and marker is None:
+        marker = ChainMarker(g, topological_order)
     marked = marker.marked if ldp else set()
     # lazily-validated priority queues
     cand: list = []  # (prio, id, degree) for degree <= 2
@@ -101,6 +108,9 @@ def simplify(g, method, exact, max_configs, heuristic, topological_order):
             merge_nodes(g, x, best[2])
             continue
         # heuristic elimination of the largest-degree unmarked node
+        if on_heuristic is not None:
+            on_heuristic(g, marker)
+            on_heuristic = None
         z = None
         while maxdeg:
             nd, y = heapq.heappop(maxdeg)

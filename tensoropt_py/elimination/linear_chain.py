@@ -37,6 +37,15 @@ class ChainMarker:
             self.chains.append([start])
             self.active.append(len(self.chains) - 1)
 
+    def copy(self, g):
+        """This marking state on the snapshot ``g`` of its graph."""
+        new = object.__new__(ChainMarker)
+        new.g = g
+        new.chains = [list(c) for c in self.chains]
+        new.marked = set(self.marked)
+        new.active = list(self.active)
+        return new
+
     def _component(self, start):
         comp = {start}
         stack = [start]

@@ -10,9 +10,19 @@ to the leaves (TensorOpt §3.2 "Unroll").
 
 Cost arrays of tables that are no longer needed are released (:meth:`FTable.release`);
 provenance (int32 where it fits) is kept for unroll.
+
+Memo: model graphs repeat identical layers, whose eliminations combine tables with
+identical *content* (other node/edge ids, same costs, same maps, same term lists).
+:meth:`Context._combine_raw` keys every sizeable combine on a hash of its inputs (parent
+offsets and costs, term offsets and cells, epsilon) and reuses an earlier result for a
+repeated key: the output costs are the same, and its provenance (point indices into
+parents of identical content) is valid for the new parents, so unroll is unaffected.
 """
 
 from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
 
 import numpy as np
 
@@ -24,12 +34,23 @@ __all__ = ["FTable", "Context"]
 _I32 = np.iinfo(np.int32).max
 _MAX_TERMS_PER_BATCH = 1 << 22  # terms built per kernel call by Context.combine_gen
 _STAGE_FACTOR = 16.0  # stage a product when direct enumeration exceeds this many combos per term
+_MEMO_MIN_TERMS = 256  # combines with fewer terms are not worth hashing
+_MEMO_MAX_POINTS = 1 << 24  # cost points kept alive by the memo (oldest entries dropped first)
+
+
+def _digest(*arrays):
+    h = hashlib.sha256()  # hardware-accelerated on current CPUs (about 2x blake2b)
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        h.update(repr((a.dtype.str, a.shape)).encode())
+        h.update(a.data)
+    return h.digest()
 
 
 class FTable:
     """A ragged frontier table (internal)."""
 
-    __slots__ = ("id", "offsets", "mem", "time", "parents", "prov", "leaf", "options", "depth", "pieces", "_maxc")
+    __slots__ = ("id", "offsets", "mem", "time", "parents", "prov", "leaf", "options", "depth", "pieces", "_maxc", "pinned", "_digest")
 
     def __init__(self, offsets, mem, time, parents=(), prov=None, leaf=None, options=None, depth=0, pieces=None):
         self.id = -1
@@ -43,6 +64,14 @@ class FTable:
         self.depth = depth
         self.pieces = pieces  # a concatenation of tables: point i belongs to the piece holding it
         self._maxc = None
+        self.pinned = False  # True: a snapshot of the working graph still needs the costs
+        self._digest = None
+
+    def digest(self):
+        """Hash of the content (offsets and costs; not provenance). Only while costs are held."""
+        if self._digest is None:
+            self._digest = _digest(self.offsets, self.mem, self.time)
+        return self._digest
 
     @property
     def max_cell(self):
@@ -61,7 +90,7 @@ class FTable:
 
     def release(self):
         """Drop the cost arrays (keep offsets/provenance for unroll)."""
-        if self.leaf is None:
+        if self.leaf is None and not self.pinned:
             self.mem = None
             self.time = None
 
@@ -81,7 +110,11 @@ class Context:
         self.threads = resolve_threads(threads)
         self.executor = _executor(self.threads)
         self.tables: list[FTable] = []
-        self.stats = {"combines": 0, "terms": 0, "points": 0}
+        self.stats = {"combines": 0, "terms": 0, "points": 0, "memo_hits": 0}
+        # memo of combine results by content: model graphs repeat identical layers, whose
+        # eliminations see identical tables (other node/edge ids, same costs and maps)
+        self._memo: OrderedDict = OrderedDict()
+        self._memo_points = 0
 
     def register(self, tab):
         tab.id = len(self.tables)
@@ -154,7 +187,7 @@ class Context:
         if direct <= _STAGE_FACTOR * term_cells.shape[0]:
             return None
         first = multi[:-1]
-        uniq, inv = np.unique(term_cells[:, first], axis=0, return_inverse=True)
+        uniq, inv = _unique_rows(term_cells[:, first], [parents[s].n_cells for s in first])
         P = self.combine([parents[s] for s in first], np.arange(uniq.shape[0] + 1), uniq, thin=False)
         rest = [s for s in range(len(parents)) if s not in first]
         cells = np.column_stack([inv.reshape(-1)] + [term_cells[:, s] for s in rest])
@@ -164,6 +197,22 @@ class Context:
     def _combine_raw(self, parents, term_off, term_cells, thin):
         n_out = term_off.shape[0] - 1
         eps = self.epsilon if thin else 0.0
+        depth = max(p.depth for p in parents) + (1 if eps > 0 else 0)
+        key = None
+        if int(term_off[-1]) >= _MEMO_MIN_TERMS:
+            cells = term_cells
+            if all(p.n_cells < _I32 for p in parents):
+                cells = term_cells.astype(np.int32)  # half the bytes to hash
+            key = (eps, tuple(p.digest() for p in parents), _digest(term_off, cells))
+            hit = self._memo.get(key)
+            if hit is not None:
+                # same inputs (content, not identity): the same output, and provenance
+                # indices are valid in these parents as well
+                self._memo.move_to_end(key)
+                off, m, t, prov = hit
+                self.stats["combines"] += 1
+                self.stats["memo_hits"] += 1
+                return self.register(FTable(off, m, t, parents, prov, depth=depth))
         offs = [p.offsets for p in parents]
         mems = [p.mem for p in parents]
         tims = [p.time for p in parents]
@@ -173,8 +222,14 @@ class Context:
         self.stats["combines"] += 1
         self.stats["terms"] += int(term_off[-1])
         self.stats["points"] += int(off[-1])
-        depth = max(p.depth for p in parents) + (1 if eps > 0 else 0)
-        return self.register(FTable(off, m, t, parents, _compact(prov, parents), depth=depth))
+        prov = _compact(prov, parents)
+        if key is not None and int(off[-1]) <= _MEMO_MAX_POINTS // 4:
+            self._memo[key] = (off, m, t, prov)
+            self._memo_points += int(off[-1])
+            while self._memo_points > _MEMO_MAX_POINTS:
+                _, old = self._memo.popitem(last=False)
+                self._memo_points -= int(old[0][-1])
+        return self.register(FTable(off, m, t, parents, prov, depth=depth))
 
     def combine_gen(self, parents, n_out, terms_per_cell, make_terms, thin=None):
         """Like :meth:`combine` for regular term lists built in batches of output cells.
@@ -206,6 +261,22 @@ class Context:
         for p in pieces:
             p.release()
         return self.register(tab)
+
+
+def _unique_rows(rows, radices):
+    """``np.unique(rows, axis=0, return_inverse=True)`` (rows of non-negative cell indices
+    below ``radices``), via one mixed-radix int64 key per row when it fits (much faster)."""
+    total = 1
+    for r in radices:
+        total *= max(int(r), 1)
+    if total >= 1 << 62:
+        uniq, inv = np.unique(rows, axis=0, return_inverse=True)
+        return uniq, inv.reshape(-1)
+    key = np.zeros(rows.shape[0], dtype=np.int64)
+    for j, r in enumerate(radices):
+        key = key * max(int(r), 1) + rows[:, j]
+    _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    return rows[first], inv.reshape(-1)
 
 
 def _compact(prov, parents):

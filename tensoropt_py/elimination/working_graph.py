@@ -66,6 +66,17 @@ class WGraph:
         self.touched: set[int] = set()
         self.stats = {"node": 0, "leaf": 0, "edge": 0, "branch": 0, "heuristic": 0, "detach": 0}
 
+    def snapshot(self):
+        """An independent copy of the graph state (tables are shared, not copied; the
+        caller pins them so that neither copy releases what the other still needs)."""
+        h = WGraph(self.ctx)
+        h.nodes = {i: WNode(i, n.K, n.factors) for i, n in self.nodes.items()}
+        h.adj = {i: dict(a) for i, a in self.adj.items()}
+        h.detached = list(self.detached)
+        h.touched = set(self.touched)
+        h.stats = dict(self.stats)
+        return h
+
     def add_node(self, i, K, factors):
         self.nodes[i] = WNode(i, K, factors)
         self.adj[i] = {}

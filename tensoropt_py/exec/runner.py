@@ -591,6 +591,9 @@ def main(argv=None) -> int:
 def _abort(comm, exc):
     print(f"tensoropt-py run: rank {comm.Get_rank()}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
     sys.stdout.flush()
+    # MPI_Abort tears the job down at once; on a loaded machine the process manager could
+    # drop this rank's last line before forwarding it. A moment's pause lets it through.
+    time.sleep(0.5)
     try:
         comm.Abort(1)
     finally:  # MPI_Abort may return before the process manager kills us

@@ -157,13 +157,40 @@ def finish(g, n_nodes, n_edges):
     return final, choices, edge_choices
 
 
-def _run(cg, method, exact, eps, threads, max_configs, heuristic):
+def _run(cg, method, exact, eps, threads, max_configs, heuristic, fork=False):
+    """One tracking run. With ``fork`` (``heuristic="auto"``), the state just before the
+    first heuristic elimination is snapshotted; the snapshot is then resumed with the
+    ``"weighted"`` heuristic (the run itself uses ``heuristic``), which gives exactly what
+    a second full run would, without redoing the shared prefix. Returns a list of one or
+    two results ``(mem, time, choices, edge_choices, depth, stats)``."""
     from ..elimination.driver import simplify
-    from .ldp import ldp
 
     g = build_working_graph(cg, eps, threads)
     ctx = g.ctx
-    chains = simplify(g, method, exact, max_configs, heuristic, cg.topological_order)
+    snap = []
+
+    def fork_hook(gg, marker):
+        h = gg.snapshot()
+        for tab in ctx.tables:
+            tab.pinned = True
+        snap.append((h, marker.copy(h) if marker is not None else None))
+
+    chains = simplify(g, method, exact, max_configs, heuristic, cg.topological_order,
+                      on_heuristic=fork_hook if fork else None)
+    results = [_finish_run(cg, g, chains)]
+    if snap:
+        h, marker = snap[0]
+        for tab in ctx.tables:
+            tab.pinned = False
+        chains = simplify(h, method, exact, max_configs, "weighted", cg.topological_order, marker=marker)
+        results.append(_finish_run(cg, h, chains))
+    return results
+
+
+def _finish_run(cg, g, chains):
+    from .ldp import ldp
+
+    ctx = g.ctx
     n_ldp = 0
     for chain in chains:
         ldp(g, chain)
@@ -210,7 +237,9 @@ def track(
         before heuristic elimination is used instead.
     heuristic : {"auto", "min_memory", "weighted"}
         Config choice of heuristic elimination; ``"auto"`` runs both when any heuristic
-        elimination was needed and keeps the reduced union of the two frontiers.
+        elimination was needed and keeps the reduced union of the two frontiers (the
+        state just before the first heuristic elimination is snapshotted and resumed
+        with ``"weighted"``, so the shared prefix is computed once).
 
     Returns
     -------
@@ -242,10 +271,11 @@ def track(
     eps, threads = _validate(cg, method, exact, epsilon, threads, max_configs, heuristic)
     t0 = _time.perf_counter()
     first = "min_memory" if heuristic in ("auto", "min_memory") else "weighted"
-    mem, tim, ch, ech, depth, stats = _run(cg, method, bool(exact), eps, threads, int(max_configs), first)
+    runs = _run(cg, method, bool(exact), eps, threads, int(max_configs), first, fork=heuristic == "auto")
+    mem, tim, ch, ech, depth, stats = runs[0]
     n_heur = stats["heuristic"]
-    if heuristic == "auto" and n_heur > 0:
-        mem2, tim2, ch2, ech2, depth2, stats2 = _run(cg, method, bool(exact), eps, threads, int(max_configs), "weighted")
+    if len(runs) > 1:
+        mem2, tim2, ch2, ech2, depth2, stats2 = runs[1]
         mem_all = np.concatenate([mem, mem2])
         tim_all = np.concatenate([tim, tim2])
         order = np.lexsort((np.arange(mem_all.size), tim_all, mem_all))

@@ -356,9 +356,16 @@ class Simulator:
         du, dv = cu.devices, cv.devices
         add = tg.add_task
         dep = tg.add_dep
+        ov = self._overlap(e, cu.degrees, cv.degrees)
+        if tg.backend == "cython":  # the compiled twin of the loop below
+            from . import _simulate
+
+            st.edge_tasks[e] = _simulate.build_edge(tg, e, ov, du, dv, Fu, Fv, Bu, Bv, self._links, self._link,
+                                                    MIN_TASK_TIME)
+            return
         tasks = []
         bwd = Bu is not None and Bv is not None
-        for p, q, nb in self._overlap(e, cu.degrees, cv.degrees):
+        for p, q, nb in ov:
             a, b = du[p], dv[q]
             if a == b:
                 dep(Fu[p], Fv[q])

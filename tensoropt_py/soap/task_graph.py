@@ -40,11 +40,11 @@ from heapq import heapify, heappop, heappush
 
 from ..errors import InvalidInputError
 
-__all__ = ["Task", "TaskGraph"]
+__all__ = ["Task", "TaskGraph", "BACKENDS", "set_backend"]
 
 
-class Task:
-    """A node of the task graph (FlexFlow Table 3)."""
+class PyTask:
+    """A node of the task graph (FlexFlow Table 3); pure-Python reference of ``_simulate.Task``."""
 
     __slots__ = ("key", "device", "exe", "preds", "succs", "ready", "start", "end", "placed", "alive", "npend")
 
@@ -52,8 +52,8 @@ class Task:
         self.key = key
         self.device = device
         self.exe = exe
-        self.preds: set[Task] = set()
-        self.succs: set[Task] = set()
+        self.preds: set = set()
+        self.succs: set = set()
         self.ready = 0.0
         self.start = 0.0
         self.end = 0.0
@@ -72,7 +72,7 @@ def _check_exe(key, exe):
     return exe
 
 
-def _drain(heap, last, dkeys, dtasks) -> int:
+def _drain_py(heap, last, dkeys, dtasks) -> int:
     """Run the ready queue to exhaustion (the event loop of FlexFlow's Alg. 1 and 2).
 
     ``heap`` holds ``(ready, key, task)`` of tasks whose predecessors are placed; ``last``
@@ -112,17 +112,116 @@ def _drain(heap, last, dkeys, dtasks) -> int:
     return n
 
 
+def _prepare_full_py(tasks) -> list:
+    """Reset every task for a full simulation; returns the initial ready queue (a heap)."""
+    heap = []
+    for t in tasks:
+        t.npend = len(t.preds)
+        t.ready = 0.0
+        t.placed = False
+        if not t.npend:
+            heap.append((0.0, t.key, t))
+    heapify(heap)
+    return heap
+
+
+def _prepare_suffix_py(suffix: list) -> list:
+    """Unplace the tasks to re-simulate, set their ready time and pending count from their
+    placed predecessors; returns the initial ready queue (a heap)."""
+    for t in suffix:
+        t.placed = False
+    heap = []
+    for t in suffix:
+        r = 0.0
+        n = 0
+        for p in t.preds:
+            if p.placed:
+                if p.end > r:
+                    r = p.end
+            else:
+                n += 1
+        t.ready = r
+        t.npend = n
+        if not n:
+            heap.append((r, t.key, t))
+    heapify(heap)
+    return heap
+
+
+def _scan_dirty_py(dirty: list):
+    """``(T0, fresh)`` of the tasks changed since the last simulation (see :meth:`TaskGraph.update`):
+    the smallest old ready time of a placed changed task and the latest end of the predecessors of
+    every changed task whose predecessors are all placed (inf if none); ``fresh``: the unplaced
+    (new) alive ones, without duplicates, in first-seen order."""
+    t0 = float("inf")
+    fresh = []
+    seen = set()
+    for t in dirty:
+        if not t.alive or t in seen:
+            continue
+        seen.add(t)
+        if t.placed:
+            if t.ready < t0:
+                t0 = t.ready
+        else:
+            fresh.append(t)
+        # lower bound of the new ready time (it may have lost its latest predecessor)
+        r = 0.0
+        for p in t.preds:
+            if not p.placed:
+                break  # a new predecessor: t becomes ready after it, so after T0
+            if p.end > r:
+                r = p.end
+        else:
+            if r < t0:
+                t0 = r
+    return t0, fresh
+
+
+#: Simulation backends: name -> (task class, drain, prepare_full, prepare_suffix, scan_dirty). "python" is
+#: the reference; "cython" (``_simulate.pyx``, when built) computes identical timelines faster.
+BACKENDS = {"python": (PyTask, _drain_py, _prepare_full_py, _prepare_suffix_py, _scan_dirty_py)}
+try:
+    from . import _simulate
+except ImportError:  # pragma: no cover - extension not built
+    _simulate = None
+else:
+    BACKENDS["cython"] = (_simulate.Task, _simulate.drain, _simulate.prepare_full, _simulate.prepare_suffix,
+                          _simulate.scan_dirty)
+
+_default_backend = "cython" if "cython" in BACKENDS else "python"
+Task = BACKENDS[_default_backend][0]
+
+
+def set_backend(name: str) -> str:
+    """Select the backend of task graphs created from now on; returns the previous one."""
+    global _default_backend
+    if name not in BACKENDS:
+        raise InvalidInputError(f"unknown task-graph backend {name!r}; available: {sorted(BACKENDS)}")
+    prev, _default_backend = _default_backend, name
+    return prev
+
+
 class TaskGraph:
     """Tasks, dependencies, per-device FIFO orders and the simulated timeline."""
 
-    __slots__ = ("tasks", "dkeys", "dtasks", "_dirty", "_cut", "simulated", "pops")
+    __slots__ = ("tasks", "dkeys", "dtasks", "_dirty", "_cut", "simulated", "pops", "backend", "_ndead",
+                 "_task", "_drain", "_prepare_full", "_prepare_suffix", "_scan_dirty")
 
-    def __init__(self):
+    def __init__(self, backend: str | None = None):
+        if backend is None:
+            backend = _default_backend
+        if backend not in BACKENDS:
+            raise InvalidInputError(f"unknown task-graph backend {backend!r}; available: {sorted(BACKENDS)}")
+        self.backend = backend
+        (self._task, self._drain, self._prepare_full, self._prepare_suffix,
+         self._scan_dirty) = BACKENDS[backend]
         self.tasks: dict = {}  # key -> Task
         self.dkeys: dict = {}  # device -> sorted list of (ready, key)
         self.dtasks: dict = {}  # device -> list of Task, same order
         self._dirty: list[Task] = []
         self._cut = float("inf")  # earliest ready time of a task removed since the last simulation
+        self._ndead = 0  # removed tasks still in the device orders
         self.simulated = False
         self.pops = 0  # tasks (re)evaluated by the last simulate()/update()
 
@@ -132,7 +231,7 @@ class TaskGraph:
         """Add a task with a unique ``key``, running ``exe`` (> 0) seconds on ``device``."""
         if key in self.tasks:
             raise InvalidInputError(f"task key {key!r} already in the task graph")
-        t = Task(key, device, _check_exe(key, exe))
+        t = self._task(key, device, _check_exe(key, exe))
         self.tasks[key] = t
         self._dirty.append(t)
         return t
@@ -143,6 +242,10 @@ class TaskGraph:
             a.succs.add(b)
             b.preds.add(a)
             self._dirty.append(b)
+
+    @staticmethod
+    def _check_exe_of(key, exe):
+        return _check_exe(key, exe)
 
     def set_exe(self, t: Task, exe: float):
         t.exe = _check_exe(t.key, exe)
@@ -155,17 +258,11 @@ class TaskGraph:
         t.alive = False
         del self.tasks[t.key]
         if t.placed:
+            # it stays in its device's order until the next update() (which re-simulates from
+            # T0 <= its ready time, so drops it with the cut suffix) or query (_purge)
             if t.ready < self._cut:
                 self._cut = t.ready
-            d = t.device
-            keys = self.dkeys[d]
-            i = bisect_left(keys, (t.ready, t.key))
-            tl = self.dtasks[d]
-            assert tl[i] is t
-            del keys[i]
-            del tl[i]
-            if not tl:
-                del self.dkeys[d], self.dtasks[d]
+            self._ndead += 1
             t.placed = False
         for p in t.preds:
             p.succs.discard(t)
@@ -183,17 +280,10 @@ class TaskGraph:
     def simulate(self) -> float:
         """Simulate every task from scratch (FlexFlow Alg. 1); returns the makespan."""
         tasks = self.tasks.values()
-        heap = []
-        for t in tasks:
-            t.npend = len(t.preds)
-            t.ready = 0.0
-            t.placed = False
-            if not t.npend:
-                heap.append((0.0, t.key, t))
-        heapify(heap)
+        heap = self._prepare_full(tasks)
         dkeys: dict = {}
         dtasks: dict = {}
-        n = _drain(heap, {}, dkeys, dtasks)
+        n = self._drain(heap, {}, dkeys, dtasks)
         if n != len(self.tasks):
             stuck = [t.key for t in tasks if not t.placed][:5]
             raise InvalidInputError(f"the task graph has a dependency cycle (tasks never ready: {stuck}...)")
@@ -201,6 +291,7 @@ class TaskGraph:
         self.dtasks = dtasks
         self._dirty = []
         self._cut = float("inf")
+        self._ndead = 0
         self.simulated = True
         self.pops = n
         return self.makespan()
@@ -224,29 +315,7 @@ class TaskGraph:
         if not self.simulated:
             return self.simulate()
         inf = float("inf")
-        t0 = inf
-        fresh = []
-        for t in self._dirty:
-            if not t.alive:
-                continue
-            if t.placed:
-                if t.ready < t0:
-                    t0 = t.ready
-            else:
-                fresh.append(t)
-        for t in self._dirty:
-            # lower bound of the new ready time (it may have lost its latest predecessor)
-            if not t.alive:
-                continue
-            r = 0.0
-            for p in t.preds:
-                if not p.placed:
-                    break  # a new predecessor: t becomes ready after it, so after T0
-                if p.end > r:
-                    r = p.end
-            else:
-                if r < t0:
-                    t0 = r
+        t0, fresh = self._scan_dirty(self._dirty)
         t0 = min(t0, self._cut)
         self._cut = inf
         self._dirty = []
@@ -256,35 +325,23 @@ class TaskGraph:
         dkeys = self.dkeys
         dtasks = self.dtasks
         last = {}
-        suffix = list(dict.fromkeys(fresh))
+        suffix = fresh
         cut = (t0,)
         for d, keys in dkeys.items():
             if keys[-1] < cut:
                 continue  # nothing on d is ready at or after T0
             i = bisect_left(keys, cut)
             tl = dtasks[d]
-            suffix.extend(tl[i:])
+            if self._ndead:
+                suffix.extend([t for t in tl[i:] if t.alive])
+            else:
+                suffix.extend(tl[i:])
             del tl[i:]
             del keys[i:]
             last[d] = tl[i - 1].end if i else None
-        for t in suffix:
-            t.placed = False
-        heap = []
-        for t in suffix:
-            r = 0.0
-            n = 0
-            for p in t.preds:
-                if p.placed:
-                    if p.end > r:
-                        r = p.end
-                else:
-                    n += 1
-            t.ready = r
-            t.npend = n
-            if not n:
-                heap.append((r, t.key, t))
-        heapify(heap)
-        n = _drain(heap, last, dkeys, dtasks)
+        self._ndead = 0  # every removed task was in a cut suffix (its ready time >= T0)
+        heap = self._prepare_suffix(suffix)
+        n = self._drain(heap, last, dkeys, dtasks)
         if n != len(suffix):
             raise InvalidInputError("the task graph has a dependency cycle")
         for d in [d for d, tl in dtasks.items() if not tl]:
@@ -294,8 +351,24 @@ class TaskGraph:
 
     # -- queries ------------------------------------------------------------------------------
 
+    def _purge(self):
+        """Drop removed tasks from the device orders (queries between remove_task and update)."""
+        for d in list(self.dtasks):
+            tl = self.dtasks[d]
+            keep = [j for j, t in enumerate(tl) if t.alive]
+            if len(keep) != len(tl):
+                keys = self.dkeys[d]
+                if keep:
+                    self.dtasks[d] = [tl[j] for j in keep]
+                    self.dkeys[d] = [keys[j] for j in keep]
+                else:
+                    del self.dtasks[d], self.dkeys[d]
+        self._ndead = 0
+
     def makespan(self) -> float:
         """Latest end of any task (the last task of each device ends last on it)."""
+        if self._ndead:
+            self._purge()
         m = 0.0
         for tl in self.dtasks.values():
             if tl:
@@ -310,10 +383,14 @@ class TaskGraph:
 
     def device_order(self, device) -> list:
         """Keys of the tasks of ``device`` in execution order."""
+        if self._ndead:
+            self._purge()
         return [t.key for t in self.dtasks.get(device, ())]
 
     def check(self):
         """Assert the timeline satisfies the simulation equations (for tests)."""
+        if self._ndead:
+            self._purge()
         for d, tl in self.dtasks.items():
             keys = self.dkeys[d]
             assert len(keys) == len(tl)
