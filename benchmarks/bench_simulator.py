@@ -7,7 +7,10 @@ Part 1: a random walk of single-operator changes (each step a random config of a
 operator, as MCMC proposes); per step, the delta simulator applies the change
 (:meth:`SimState.change`) and the full simulator rebuilds and simulates the same strategy from
 scratch. Both share the simulator's cost caches, which are warmed first, so the figures compare
-simulation work only. Every step also asserts that both give the same makespan.
+simulation work only. Every step also asserts that both give the same makespan. Each timing
+is the best of ``--reps`` repetitions (a fresh walk each time, garbage collected before each
+phase), for each task-graph backend (``--backend``: the compiled Cython event loop and/or the
+pure-Python reference; see :mod:`tensoropt_py.soap.task_graph`).
 
 Part 2: end-to-end MCMC search (:func:`tensoropt_py.soap.search`) with delta and with full
 simulation (same seed: the same chain, so the same best strategy), and the time until the best
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import sys
 import time
 
@@ -25,6 +29,7 @@ import numpy as np
 
 from tensoropt_py.cluster import Cluster
 from tensoropt_py.soap import ConfigSpace, Simulator, data_parallel, search
+from tensoropt_py.soap import task_graph
 
 
 def _cluster(n: int) -> Cluster:
@@ -47,7 +52,7 @@ def _models(quick: bool):
         return [("lenet", lenet_graph()), ("mlp", mlp_graph())]
 
 
-def bench_delta_vs_full(graph, n: int, steps: int, seed: int = 0):
+def bench_delta_vs_full(graph, n: int, steps: int, seed: int = 0, reps: int = 3):
     sim = Simulator(graph, _cluster(n), n)
     space = ConfigSpace(graph, sim.devices)
     rng = np.random.default_rng(seed)
@@ -56,9 +61,9 @@ def bench_delta_vs_full(graph, n: int, steps: int, seed: int = 0):
         i = int(rng.integers(len(graph)))
         moves.append((i, space.random(i, rng)))
     # strategies along the walk (for the full simulator) and warm caches
-    st = sim.start(data_parallel(graph, sim.devices))
+    start = data_parallel(graph, sim.devices)
     strategies = []
-    s = st.strategy
+    s = start
     for i, c in moves:
         s = s.replace(i, c)
         strategies.append(s)
@@ -67,39 +72,60 @@ def bench_delta_vs_full(graph, n: int, steps: int, seed: int = 0):
     for s in strategies:
         for i, c in enumerate(s):
             sim._plan(i, c.degrees)
-    tasks = 0
-    t0 = time.perf_counter()
-    times_delta = []
-    for i, c in moves:
-        st.change(i, c)
-        times_delta.append(st.time)
-        tasks += len(st.tg)
-    t_delta = (time.perf_counter() - t0) / steps
-    t0 = time.perf_counter()
-    times_full = [sim.simulate(s, timeline=False).time for s in strategies]
-    t_full = (time.perf_counter() - t0) / steps
-    if times_full != times_delta:
-        raise AssertionError("delta and full simulation disagree")
+    t_delta = t_full = float("inf")
+    for _ in range(reps):
+        st = sim.start(start)
+        tasks = 0
+        times_delta = []
+        gc.collect()
+        t0 = time.perf_counter()
+        for i, c in moves:
+            st.change(i, c)
+            times_delta.append(st.time)
+            tasks += len(st.tg)
+        t_delta = min(t_delta, (time.perf_counter() - t0) / steps)
+        del st
+        gc.collect()
+        t0 = time.perf_counter()
+        times_full = [sim.simulate(s, timeline=False).time for s in strategies]
+        t_full = min(t_full, (time.perf_counter() - t0) / steps)
+        if times_full != times_delta:
+            raise AssertionError("delta and full simulation disagree")
     return t_full, t_delta, tasks / steps
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer steps and sizes (< 1 min)")
+    ap.add_argument("--backend", choices=("both",) + tuple(sorted(task_graph.BACKENDS)), default="both",
+                    help="task-graph event loop(s) to measure (default: both)")
+    ap.add_argument("--reps", type=int, default=3, help="repetitions per timing (best is kept)")
+    ap.add_argument("--no-search", action="store_true", help="skip part 2 (MCMC search)")
     args = ap.parse_args(argv)
+    backends = sorted(task_graph.BACKENDS, reverse=True) if args.backend == "both" else [args.backend]
     quick = args.quick
     models = _models(quick)
     device_counts = (4, 16, 64) if quick else (4, 8, 16, 32, 64)
     steps = 30 if quick else 150
 
     print("== Delta vs full simulation (per simulated strategy; random single-operator changes) ==")
-    print(f"{'model':<18} {'devices':>7} {'tasks':>7} {'full ms':>9} {'delta ms':>9} {'speedup':>8} {'full sim/s':>10} {'delta sim/s':>11}")
-    for name, g in models[:2] if quick else models:
-        for n in device_counts:
-            t_full, t_delta, tasks = bench_delta_vs_full(g, n, steps if n < 64 else max(10, steps // 3))
-            print(f"{name:<18} {n:>7} {tasks:>7.0f} {t_full * 1e3:>9.2f} {t_delta * 1e3:>9.2f} {t_full / t_delta:>7.1f}x "
-                  f"{1 / t_full:>10.0f} {1 / t_delta:>11.0f}")
-            sys.stdout.flush()
+    print(f"{'model':<18} {'backend':>7} {'devices':>7} {'tasks':>7} {'full ms':>9} {'delta ms':>9} {'speedup':>8} "
+          f"{'full sim/s':>10} {'delta sim/s':>11}")
+    prev = task_graph.set_backend(backends[0])
+    try:
+        for name, g in models[:2] if quick else models:
+            for n in device_counts:
+                for b in backends:
+                    task_graph.set_backend(b)
+                    t_full, t_delta, tasks = bench_delta_vs_full(g, n, steps if n < 64 else max(30, steps // 3),
+                                                                 reps=args.reps)
+                    print(f"{name:<18} {b:>7} {n:>7} {tasks:>7.0f} {t_full * 1e3:>9.2f} {t_delta * 1e3:>9.2f} "
+                          f"{t_full / t_delta:>7.1f}x {1 / t_full:>10.0f} {1 / t_delta:>11.0f}")
+                    sys.stdout.flush()
+    finally:
+        task_graph.set_backend(prev)
+    if args.no_search:
+        return
 
     print()
     print("== MCMC search (seed 0; same chain with delta and full simulation) ==")

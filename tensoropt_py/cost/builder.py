@@ -220,6 +220,44 @@ class ModelCostGraph:
         return StrategyRecord(tuple(ops), tuple(recs), float(mem), float(time), float(compute), float(time - compute))
 
 
+def _fill_option_table(table, mode, fwd, bwd, back, spec, itemsize, src_cls, dB, Ars, mesh_tf):
+    """Fill an edge's ``(A, B, R, 2)`` option table (module docstring, "Tensor reuse").
+
+    ``fwd``/``bwd`` are the rescheduling times per layout pair, ``back`` the time to
+    re-derive the producer's copy from the consumer's (``mode == "pair"``); ``Ars`` are
+    the producer's layouts with partial axes replicated, which decide where both sides
+    can share one copy.
+    """
+    base = fwd + bwd
+    amem = np.array([A.local_numel(spec.shape) * itemsize for A in src_cls], dtype=np.float64)[:, None]
+    bmem = np.array([B.local_numel(spec.shape) * itemsize for B in dB], dtype=np.float64)[None, :]
+    bpos: dict = {}
+    for j, B in enumerate(dB):
+        bpos.setdefault(B, []).append(j)
+    same = np.zeros(fwd.shape, dtype=bool)
+    for a, Ar in enumerate(Ars):
+        same[a, bpos.get(Ar, [])] = True
+    zero = np.zeros_like(base)
+    if mode == "none":
+        table[:, :, 0, 0], table[:, :, 0, 1] = zero, base
+    elif mode == "multi":
+        table[:, :, 0, 0] = np.where(same, 0.0, bmem + zero)
+        table[:, :, 0, 1] = base
+        table[:, :, 1, 0] = np.where(same, np.inf, 0.0)
+        table[:, :, 1, 1] = np.where(same, np.inf, base + fwd)
+    else:
+        table[:, :, 0, 0] = np.where(same, amem + zero, amem + bmem)
+        table[:, :, 0, 1] = base
+        table[:, :, 1, 0] = np.where(same, np.inf, amem + zero)
+        table[:, :, 1, 1] = np.where(same, np.inf, base + fwd)
+        table[:, :, 2, 0] = np.where(same, np.inf, bmem + zero)
+        table[:, :, 2, 1] = np.where(same, np.inf, base + back)
+    if mesh_tf is not None:
+        forbid = ~same
+        table[forbid] = np.inf
+        table[forbid, 0] = (0.0, FORBIDDEN_TIME)
+
+
 def _valid_counts(cluster):
     return tuple(cluster.device_counts())
 
@@ -488,34 +526,7 @@ class _EdgePlan:
             T = mats[1]  # (G, A')
             bwd = T[self.gid][:, self.aid].T
         back = mats[-1].T if mode == "pair" else None  # (A, B)
-        base = fwd + bwd
-        amem = np.array([A.local_numel(spec.shape) * itemsize for A in src_cls], dtype=np.float64)[:, None]
-        bmem = np.array([B.local_numel(spec.shape) * itemsize for B in dB], dtype=np.float64)[None, :]
-        bpos: dict = {}
-        for j, B in enumerate(dB):
-            bpos.setdefault(B, []).append(j)
-        same = np.zeros(fwd.shape, dtype=bool)
-        for a, Ar in enumerate(Ars):
-            same[a, bpos.get(Ar, [])] = True
-        zero = np.zeros_like(base)
-        if mode == "none":
-            table[:, :, 0, 0], table[:, :, 0, 1] = zero, base
-        elif mode == "multi":
-            table[:, :, 0, 0] = np.where(same, 0.0, bmem + zero)
-            table[:, :, 0, 1] = base
-            table[:, :, 1, 0] = np.where(same, np.inf, 0.0)
-            table[:, :, 1, 1] = np.where(same, np.inf, base + fwd)
-        else:
-            table[:, :, 0, 0] = np.where(same, amem + zero, amem + bmem)
-            table[:, :, 0, 1] = base
-            table[:, :, 1, 0] = np.where(same, np.inf, amem + zero)
-            table[:, :, 1, 1] = np.where(same, np.inf, base + fwd)
-            table[:, :, 2, 0] = np.where(same, np.inf, bmem + zero)
-            table[:, :, 2, 1] = np.where(same, np.inf, base + back)
-        if mesh_tf is not None:
-            forbid = ~same
-            table[forbid] = np.inf
-            table[forbid, 0] = (0.0, FORBIDDEN_TIME)
+        _fill_option_table(table, mode, fwd, bwd, back, spec, itemsize, src_cls, dB, Ars, mesh_tf)
         for a in (self.src_ids, self.dst_ids, table):
             a.setflags(write=False)
         self.table = table
@@ -607,34 +618,7 @@ def _build_reference(graph, n, valid, mesh_tf, max_configs, coster, rescheduler)
         back = None
         if mode == "pair":
             back = rescheduler.matrix(spec.shape, spec.dtype, dB, Ars).T  # (A, B)
-        base = fwd + bwd
-        amem = np.array([A.local_numel(spec.shape) * itemsize for A in src_cls], dtype=np.float64)[:, None]
-        bmem = np.array([B.local_numel(spec.shape) * itemsize for B in dB], dtype=np.float64)[None, :]
-        bpos: dict = {}
-        for j, B in enumerate(dB):
-            bpos.setdefault(B, []).append(j)
-        same = np.zeros(fwd.shape, dtype=bool)
-        for a, Ar in enumerate(Ars):
-            same[a, bpos.get(Ar, [])] = True
-        zero = np.zeros_like(base)
-        if mode == "none":
-            table[:, :, 0, 0], table[:, :, 0, 1] = zero, base
-        elif mode == "multi":
-            table[:, :, 0, 0] = np.where(same, 0.0, bmem + zero)
-            table[:, :, 0, 1] = base
-            table[:, :, 1, 0] = np.where(same, np.inf, 0.0)
-            table[:, :, 1, 1] = np.where(same, np.inf, base + fwd)
-        else:
-            table[:, :, 0, 0] = np.where(same, amem + zero, amem + bmem)
-            table[:, :, 0, 1] = base
-            table[:, :, 1, 0] = np.where(same, np.inf, amem + zero)
-            table[:, :, 1, 1] = np.where(same, np.inf, base + fwd)
-            table[:, :, 2, 0] = np.where(same, np.inf, bmem + zero)
-            table[:, :, 2, 1] = np.where(same, np.inf, base + back)
-        if mesh_tf is not None:
-            forbid = ~same
-            table[forbid] = np.inf
-            table[forbid, 0] = (0.0, FORBIDDEN_TIME)
+        _fill_option_table(table, mode, fwd, bwd, back, spec, itemsize, src_cls, dB, Ars, mesh_tf)
         edges_out.append((u, v, src_ids, dst_ids, table))
         infos.append(EdgeInfo(p, c, t, ui, tuple(src_cls), tuple(B for B, _ in dst_cls), tuple(G for _, G in dst_cls),
                               mode, backward))
