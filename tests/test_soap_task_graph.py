@@ -147,8 +147,11 @@ def _mutation_run(backend, seed, keyf, broken=False, monkeypatch=None):
     out = [(tg.simulate(), tg.timeline(), None)]
     for step in range(25):
         alive = [t for t in tasks if t.alive]
-        if step % 3 == 0:
+        if step % 6 == 0:
             tg.remove_task(alive[int(rng.integers(len(alive)))])
+        elif step % 6 == 3:  # bulk removal (compiled on that backend), a task listed twice
+            x, y = (alive[j] for j in rng.choice(len(alive), 2, replace=False))
+            tg.remove_tasks([x, y, x])
         elif step % 3 == 1:
             tg.set_exe(alive[int(rng.integers(len(alive)))], float(rng.integers(1, 9)) / 4)
         else:

@@ -132,48 +132,59 @@ cdef void _heapify(list h):
         _sift_down(h, i, <Task>h[i])
 
 
-def drain(list heap, dict last, dict dkeys, dict dtasks):
+cdef class _Dev:
+    """A device's state during one drain: its order and the end of its last task."""
+    cdef list tl
+    cdef double le
+    cdef bint idle
+
+
+def drain(list heap, dict last, dict dtasks):
     """Compiled ``task_graph._drain_py``, except that ``heap`` is a heap of tasks ordered by
-    ``(ready, key)`` (from :func:`prepare_full`/:func:`prepare_suffix`) rather than of tuples."""
+    ``(ready, key)`` (from :func:`prepare_full`/:func:`prepare_suffix`) rather than of tuples.
+    The state of each device is looked up once per call (in ``last``/``dtasks``) and kept in a
+    :class:`_Dev`; ``last`` is not updated (the reference's final ``last`` is never used)."""
     cdef Py_ssize_t n = 0
     cdef Task t, x
-    cdef double r, s, e, le
-    cdef bint idle
+    cdef double r, s, e
     cdef list tl
     cdef object d, v
+    cdef dict devs = {}
+    cdef _Dev dv
     while heap:
         t = _pop(heap)
         r = t.ready
         n += 1
         d = t.device
-        v = last.get(d, last)
-        if v is last:  # a device whose order was not cut: continue after its last task
+        o = devs.get(d)
+        if o is None:
+            dv = _Dev()
             tl = dtasks.get(d)
-            if tl:
-                idle = False
-                le = (<Task?>tl[len(tl) - 1]).end
+            if tl is None:
+                tl = []
+                dtasks[d] = tl
+            dv.tl = tl
+            v = last.get(d, last)
+            if v is last:  # a device whose order was not cut: continue after its last task
+                dv.idle = not tl
+                dv.le = (<Task?>tl[len(tl) - 1]).end if tl else 0.0
+            elif v is None:
+                dv.idle = True
+                dv.le = 0.0
             else:
-                idle = True
-                le = 0.0
-        elif v is None:
-            idle = True
-            le = 0.0
+                dv.idle = False
+                dv.le = v
+            devs[d] = dv
         else:
-            idle = False
-            le = v
-        s = r if idle or le <= r else le
+            dv = <_Dev>o
+        s = r if dv.idle or dv.le <= r else dv.le
         e = s + t.exe
         t.start = s
         t.end = e
         t.placed = True
-        last[d] = e
-        tl = dtasks.get(d)
-        if tl is None:
-            dtasks[d] = [t]
-            dkeys[d] = [(r, t.key)]
-        else:
-            tl.append(t)
-            (<list>dkeys[d]).append((r, t.key))
+        dv.le = e
+        dv.idle = False
+        dv.tl.append(t)
         for o in t.succs:
             x = <Task?>o
             if e > x.ready:
@@ -333,3 +344,60 @@ def build_edge(tg, Py_ssize_t e, tuple ov, tuple du, tuple dv, list Fu, list Fv,
             _dep(dirty, t, <Task?>(<list>Bu)[p])
             out.append(t)
     return out
+
+
+def remove_tasks(tg, tasks):
+    """Compiled ``TaskGraph.remove_task`` over every task of ``tasks`` (in order)."""
+    cdef dict byk = tg.tasks
+    cdef list dirty = tg._dirty
+    cdef double cut = tg._cut
+    cdef Py_ssize_t ndead = tg._ndead
+    cdef Task t, p, s
+    for o in tasks:
+        t = <Task?>o
+        if not t.alive:
+            continue
+        t.alive = False
+        del byk[t.key]
+        if t.placed:
+            if t.ready < cut:
+                cut = t.ready
+            ndead += 1
+            t.placed = False
+        for q in t.preds:
+            (<Task?>q).succs.discard(t)
+        for q in t.succs:
+            s = <Task?>q
+            s.preds.discard(t)
+            dirty.append(s)
+        t.preds = set()
+        t.succs = set()
+    tg._cut = cut
+    tg._ndead = ndead
+
+
+def cut_suffix(dict dtasks, double t0, list suffix, dict last, Py_ssize_t ndead):
+    """Compiled ``task_graph._cut_suffix_py``."""
+    cdef list tl
+    cdef Py_ssize_t lo, hi, mid, i, j, m
+    cdef Task t
+    for d, o in dtasks.items():
+        tl = <list>o
+        m = len(tl)
+        if m == 0 or (<Task?>tl[m - 1]).ready < t0:
+            continue
+        lo = 0
+        hi = m
+        while lo < hi:  # first task ready at or after T0
+            mid = (lo + hi) >> 1
+            if (<Task?>tl[mid]).ready < t0:
+                lo = mid + 1
+            else:
+                hi = mid
+        i = lo
+        for j in range(i, m):
+            t = <Task?>tl[j]
+            if ndead == 0 or t.alive:
+                suffix.append(t)
+        del tl[i:]
+        last[d] = (<Task?>tl[i - 1]).end if i else None

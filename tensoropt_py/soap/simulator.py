@@ -463,10 +463,8 @@ class SimState:
         tg = self.tg
         inc = sim._incident[op_index]
         for e in inc:
-            for t in self.edge_tasks[e]:
-                tg.remove_task(t)
-        for t in self.op_tasks[op_index]:
-            tg.remove_task(t)
+            tg.remove_tasks(self.edge_tasks[e])
+        tg.remove_tasks(self.op_tasks[op_index])
         self.configs[op_index] = new_config
         old_mem = self.mem[op_index].copy()
         sim._build_op(tg, self, op_index, new_config)
