@@ -255,3 +255,77 @@ def test_compute_model_load_errors(tmp_path):
     with pytest.raises(CalibrationError, match="no 'compute' section"):
         ComputeModel.load(comm_only, cl)
     assert ComputeModel(cl, table=ComputeTable({"a": 1.0})).time(5, 5, key="a") == 1.0
+
+
+# -- model compute tables (torch at shard shapes) ---------------------------------------------
+
+
+def test_compute_key_is_name_free_and_shape_driven():
+    from tensoropt_py.cost.operator_cost import compute_key, config_compute_keys
+    from tensoropt_py.graph import zoo
+    from tensoropt_py.space.configs import enumerate_configs
+
+    g = zoo.mlp(batch=8, sizes=(64, 32, 32, 10))
+    lin = [op for op in g.operators if op.kind.value == "linear"]
+    key = compute_key(lin[0], [g.tensors[u.tensor].shape for u in lin[0].uses()], "float32")
+    assert key.startswith("linear|") and key.endswith("|float32") and "x0[8,64]" in key
+    assert lin[0].name not in key and lin[0].params[0].tensor not in key
+    # the second hidden layer (32 -> 32) and a differently named copy share keys per config
+    cfgs = enumerate_configs(lin[1], 4)
+    keys = config_compute_keys(lin[1], g.tensors, cfgs, "float32")
+    assert len(keys) == len(cfgs) and len(set(keys)) < len(keys)  # equal local work, equal key
+    with pytest.raises(InvalidInputError):
+        compute_key(lin[0], [(8, 64)], "float32")
+
+
+def test_calibrate_model_compute_feeds_cost_graph(tmp_path):
+    pytest.importorskip("torch")
+    from tensoropt_py.cost.builder import build_cost_graph
+    from tensoropt_py.cost.calibrate import calibrate_model_compute, model_compute_entries
+    from tensoropt_py.cost.operator_cost import compute_dtype, config_compute_keys
+    from tensoropt_py.graph import zoo
+
+    out = tmp_path / "t.json"
+    g = zoo.mlp()
+    cl = Cluster.preset("cpu-1x4")
+    table = calibrate_model_compute(g, cl, 4, repeats=2, warmup=1, out=out, device="cpu")
+    entries, _ = model_compute_entries(g, cl, 4)
+    assert table.meta["entries"] == len(table) and table.meta["skipped"] == 0
+    assert {k for k, _ in table.items()} == set(entries) and len(entries) > 0
+    assert all(math.isfinite(t) and t > 0 for _, t in table.items())
+
+    base = build_cost_graph(g, cl, 4)
+    cal = Cluster.preset("cpu-1x4").with_calibration(out)
+    mcg = build_cost_graph(g, cal, 4)
+    again = build_cost_graph(g, Cluster.preset("cpu-1x4"), 4)  # no table: the old numbers
+    checked = differ = 0
+    for i, op in enumerate(mcg.graph.operators):
+        if op.kind.value == "input":
+            continue
+        keys = config_compute_keys(op, mcg.graph.tensors, mcg.configs[i], compute_dtype(op, mcg.graph.tensors))
+        costs = np.asarray(mcg.node_costs[i])
+        for k, key in enumerate(keys):
+            assert costs[k, 2] == table.get(key)  # compute time = the measured entry
+            checked += 1
+        # roofline for the same configurations (pruning may keep different ones)
+        if mcg.configs[i] == base.configs[i]:
+            differ += int(np.any(costs[:, 2] != np.asarray(base.node_costs[i])[:, 2]))
+    assert checked >= len(entries) and differ > 0
+    for i in range(len(base.graph.operators)):
+        assert np.array_equal(np.asarray(again.node_costs[i]), np.asarray(base.node_costs[i]))
+    # the fast and the reference construction agree with the table too
+    ref = build_cost_graph(g, cal, 4, reference=True)
+    for i in range(len(ref.graph.operators)):
+        assert np.allclose(np.asarray(ref.node_costs[i]), np.asarray(mcg.node_costs[i]))
+
+    # max_entries and the CLI without mpiexec
+    assert len(calibrate_model_compute("mlp", "cpu-1x4", 4, repeats=1, warmup=0, max_entries=2, device="cpu")) == 2
+    cli_out = tmp_path / "cli.json"
+    assert main(["--model", "mlp", "--devices", "4", "--out", str(cli_out), "--no-comm", "--repeats", "1",
+                 "--warmup", "0", "-q"]) == 0
+    comm, compute = load_calibration(cli_out)
+    assert comm is None and {k for k, _ in compute.items()} == set(entries)
+    with pytest.raises(InvalidInputError, match="--devices"):
+        main(["--model", "mlp", "--no-comm"])
+    with pytest.raises(InvalidInputError, match="--no-comm"):
+        main(["--no-comm"])

@@ -73,7 +73,7 @@ from ..errors import InvalidInputError
 from ..graph.ir import DTYPE_BYTES, DimKind, Graph, OpKind
 from ..space.configs import OpConfig, enumerate_configs
 from ..space.layout import Layout
-from .operator_cost import OperatorCoster
+from .operator_cost import OperatorCoster, op_work_kind
 from .optimizer import check_optimizer
 from .reschedule import ReferenceRescheduler, ReschedulePath, Rescheduler
 
@@ -360,7 +360,8 @@ def _node_signature(op, csig, slot, tensors, exclude):
     specs = tuple((k, tensors[t].shape, tensors[t].dtype, tensors[t].role) for t, k in slot.items())
     saved = tuple(slot[t] for t in op.saved)
     excl = tuple(sorted(slot[t] for t in exclude))
-    return (csig, specs, op.flops, op.backward_flops, saved, excl)
+    # The kind and attributes matter once measured compute tables key costs by them.
+    return (csig, op_work_kind(op), specs, op.flops, op.backward_flops, saved, excl)
 
 
 def _build_fast(graph, n, valid, mesh_tf, max_configs, coster, rescheduler):

@@ -28,6 +28,15 @@ Compute
 -------
 :func:`calibrate_compute` times callables supplied by the cost layer (torch ops at shard
 shapes) with :func:`measure` and writes the ``compute`` section of the same file format.
+:func:`calibrate_model_compute` does it for a whole model: every distinct
+:func:`~tensoropt_py.cost.operator_cost.compute_key` of the configurations
+:func:`~tensoropt_py.cost.builder.build_cost_graph` keeps is run forward + backward with
+torch on random tensors of its local shard shapes (through
+:func:`tensoropt_py.exec.local_ops.prepare`, which adapts shape-carrying attributes to the
+shards); the cost model then uses these times for the matching configurations. No MPI is
+needed for it::
+
+    tensoropt-py calibrate --model mlp --devices 4 --out calib.json --no-comm
 
 Examples
 --------
@@ -58,6 +67,8 @@ __all__ = [
     "measure",
     "calibrate_comm",
     "calibrate_compute",
+    "calibrate_model_compute",
+    "model_compute_entries",
     "partition_plans",
     "color_of",
     "machine_ids",
@@ -258,6 +269,140 @@ def calibrate_compute(entries, *, repeats: int = 10, warmup: int = 2, out=None, 
     if out is not None:
         write_calibration(out, compute=table)
     return table
+
+
+def model_compute_entries(graph, cluster, devices, *, dtype=None, mixed_precision=False):
+    """Distinct compute keys of a model's kept configurations: ``{key: (op, config)}``.
+
+    The first operator and configuration met represent a key (all of them do the same local
+    work). INPUT operators (no kernel) are left out.
+    """
+    from ..graph.ir import OpKind
+    from .builder import build_cost_graph
+    from .operator_cost import compute_dtype, config_compute_keys
+
+    mcg = build_cost_graph(graph, cluster, devices, dtype=dtype, mixed_precision=mixed_precision)
+    g = mcg.graph
+    entries: dict = {}
+    for op, cfgs in zip(g.operators, mcg.configs):
+        if op.kind is OpKind.INPUT:
+            continue
+        dt = compute_dtype(op, g.tensors, dtype, mixed_precision)
+        for cfg, key in zip(cfgs, config_compute_keys(op, g.tensors, cfgs, dt)):
+            entries.setdefault(key, (op, cfg))
+    return entries, g
+
+
+def _operator_runner(op, cfg, graph, dtype, device):
+    """A no-argument callable running ``op``'s local shard (rank 0) forward + backward."""
+    import torch
+
+    from ..exec.local_ops import prepare
+    from ..graph.torch_ops import torch_dtype
+    from .operator_cost import local_shapes
+
+    lop = prepare(op, cfg, graph, 0)
+    shapes = local_shapes(op, graph.tensors, cfg)
+    nin, npar = len(op.inputs), len(op.params)
+    fdt = torch_dtype(dtype)
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    leaves, inputs, params = [], {}, {}
+    for u, (use, shp) in enumerate(zip(op.uses()[: nin + npar], shapes)):
+        spec = graph.tensors[use.tensor]
+        if spec.dtype in ("float32", "float16", "bfloat16", "float64"):
+            t = (torch.randn(shp, generator=gen) * 0.1).to(device=device, dtype=fdt).requires_grad_(True)
+            leaves.append(t)
+        elif spec.dtype == "bool":
+            t = torch.ones(shp, dtype=torch.bool, device=device)
+        else:  # ids / labels: 0 and 1 are valid for any vocabulary or class count >= 2
+            t = torch.randint(0, 2, shp, generator=gen).to(device=device, dtype=torch_dtype(spec.dtype))
+        (inputs if u < nin else params)[use.tensor] = t
+
+    def once():
+        outs = lop.run(inputs, params)
+        ys = [y for y in outs.values() if isinstance(y, torch.Tensor) and y.requires_grad]
+        if ys and leaves:
+            torch.autograd.backward(ys, [torch.ones_like(y) for y in ys])
+            for t in leaves:
+                t.grad = None
+        return outs
+
+    once()  # fails here (not inside the timing) when the entry cannot run
+    return once
+
+
+def calibrate_model_compute(graph, cluster, devices, *, repeats: int = 5, warmup: int = 2, out=None,
+                            max_entries: int | None = None, dtype=None, mixed_precision: bool = False,
+                            device=None, verbose: bool = False) -> ComputeTable:
+    """Measure the compute table of ``graph`` on ``devices`` devices of ``cluster``.
+
+    Builds the cost graph (:func:`~tensoropt_py.cost.builder.build_cost_graph`), collects the
+    distinct :func:`~tensoropt_py.cost.operator_cost.compute_key` of every kept configuration,
+    and times each operator forward + backward with torch at its local shard shapes
+    (:func:`measure`). Entries that cannot run (an executor limitation, see
+    :func:`tensoropt_py.exec.local_ops.prepare`, or a torch error) are skipped.
+
+    Parameters
+    ----------
+    graph : Graph or str
+        A graph or a zoo model name (``"mlp"``...).
+    cluster : Cluster or str
+        A cluster or a preset name.
+    devices : int
+    repeats, warmup : int
+        See :func:`measure`.
+    out : path, optional
+        Calibration file whose ``compute`` section receives the entries (merged).
+    max_entries : int, optional
+        Measure at most this many keys (in model order).
+    dtype, mixed_precision
+        As :func:`~tensoropt_py.cost.builder.build_cost_graph` (they select the keys).
+    device : str or torch.device, optional
+        Where to run; default ``"cuda"`` when available, else ``"cpu"``.
+
+    Returns
+    -------
+    ComputeTable
+        ``meta`` records ``entries`` (measured), ``skipped`` (count), ``skipped_keys``
+        (key -> reason, at most 20), ``model``, ``devices``, ``torch_device``.
+    """
+    import torch
+
+    from ..cluster import Cluster
+
+    _check_counts(repeats, warmup)
+    if max_entries is not None and (isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1):
+        raise InvalidInputError(f"max_entries must be a positive int or None, got {max_entries!r}")
+    if isinstance(graph, str):
+        from ..graph import zoo
+
+        fn = getattr(zoo, graph, None)
+        if fn is None or graph.startswith("_") or not callable(fn):
+            raise InvalidInputError(f"unknown zoo model {graph!r}")
+        graph = fn()
+    if isinstance(cluster, str):
+        cluster = Cluster.preset(cluster)
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(device)
+    entries, g = model_compute_entries(graph, cluster, devices, dtype=dtype, mixed_precision=mixed_precision)
+    items = list(entries.items())
+    if max_entries is not None:
+        items = items[:max_entries]
+    runners, skipped = [], {}
+    for key, (op, cfg) in items:
+        dt = key.rsplit("|", 1)[1]
+        try:
+            runners.append((key, _operator_runner(op, cfg, g, dt, device)))
+        except Exception as exc:  # noqa: BLE001 - any failure to run means: keep the roofline
+            skipped[key] = f"{type(exc).__name__}: {exc}"
+    sync = torch.cuda.synchronize if device.type == "cuda" else None
+    meta = {"model": g.name, "devices": int(devices), "cluster": cluster.name, "torch_device": str(device),
+            "torch": torch.__version__, "entries": len(runners), "skipped": len(skipped),
+            "skipped_keys": dict(list(skipped.items())[:20])}
+    if verbose:
+        print(f"timing {len(runners)} operator shards of {g.name!r} on {device} ({len(skipped)} skipped)", flush=True)
+    return calibrate_compute(runners, repeats=repeats, warmup=warmup, out=out, sync=sync, meta=meta)
 
 
 # --------------------------------------------------------------------------------------------
@@ -572,8 +717,27 @@ def _parser() -> argparse.ArgumentParser:
                    help="mpi: CPU numpy buffers; nccl: torch.distributed on CUDA; auto: nccl if usable (default)")
     p.add_argument("--collectives", default=",".join(COLLECTIVES),
                    help=f"comma-separated subset of {','.join(COLLECTIVES)} (default: all)")
+    p.add_argument("--model", default=None,
+                   help="also measure operator compute times of this zoo model at its shard shapes (torch)")
+    p.add_argument("--devices", type=int, default=None, help="device count the model is sharded over (with --model)")
+    p.add_argument("--cluster", default=None,
+                   help="cluster preset for the model's configurations (default: cpu-1x<devices>, else v100-2x8)")
+    p.add_argument("--max-entries", type=int, default=None, help="measure at most this many compute keys")
+    p.add_argument("--no-comm", action="store_true", help="skip the collective measurements (no MPI needed)")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     return p
+
+
+def _default_cluster(devices):
+    from ..cluster import Cluster
+
+    for name in (f"cpu-1x{devices}", "v100-2x8"):
+        try:
+            cl = Cluster.preset(name)
+        except Exception:  # noqa: BLE001 - not a preset
+            continue
+        return cl
+    raise InvalidInputError(f"no cluster preset for {devices} devices; pass --cluster")
 
 
 def main(argv=None) -> int:
@@ -584,6 +748,39 @@ def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     if not 0 <= args.min_log2 <= args.max_log2 <= 40:
         raise InvalidInputError(f"need 0 <= --min-log2 <= --max-log2 <= 40, got {args.min_log2} and {args.max_log2}")
+    if args.no_comm and args.model is None:
+        raise InvalidInputError("--no-comm leaves nothing to measure without --model")
+    if args.model is not None and args.devices is None:
+        raise InvalidInputError("--model needs --devices N")
+    if not args.no_comm:
+        _main_comm(args)
+    if args.model is not None:
+        verbose = not args.quiet and _rank0()
+        if _rank0():
+            from ..cluster import Cluster
+
+            cl = Cluster.preset(args.cluster) if args.cluster else _default_cluster(args.devices)
+            table = calibrate_model_compute(args.model, cl, args.devices, repeats=args.repeats, warmup=args.warmup,
+                                            out=args.out, max_entries=args.max_entries, verbose=verbose)
+            if verbose:
+                m = table.meta
+                print(f"wrote {m['entries']} compute entries ({args.model} on {args.devices} devices of {cl.name}, "
+                      f"{m['skipped']} skipped) to {args.out}", flush=True)
+    return 0
+
+
+def _rank0() -> bool:
+    """True outside MPI and on MPI rank 0 (without importing mpi4py when it is not loaded)."""
+    MPI = sys.modules.get("mpi4py.MPI")
+    if MPI is None:
+        return True
+    try:
+        return MPI.COMM_WORLD.rank == 0
+    except Exception:  # noqa: BLE001
+        return True
+
+
+def _main_comm(args):
     collectives = tuple(c.strip() for c in args.collectives.split(",") if c.strip())
     MPI = _mpi()
     world = MPI.COMM_WORLD
@@ -605,7 +802,6 @@ def main(argv=None) -> int:
         m = table.meta
         print(f"wrote {len(table)} tables ({m['backend']}, {m['world_size']} ranks on {m['machines']} machine(s), "
               f"{m['seconds_taken']} s) to {args.out}", flush=True)
-    return 0
 
 
 if __name__ == "__main__":

@@ -15,7 +15,11 @@ For a configuration of an operator (see :mod:`tensoropt_py.space.configs`):
     divided by the split factor of every split loop dimension (replicating axes repeat the
     work); bytes moved are the local shards of every tensor the operator touches (forward)
     and twice that in backward (reading them plus the output gradient, writing the input
-    and parameter gradients).
+    and parameter gradients). When the compute model carries a measured table
+    (:meth:`~tensoropt_py.cluster.Cluster.with_calibration`, written by
+    :func:`~tensoropt_py.cost.calibrate.calibrate_model_compute`), a configuration whose
+    :func:`compute_key` (op kind, attributes, local shard shapes, dtype) is in the table uses
+    the measured forward + backward seconds instead.
   - ``t_s``: the gradient all-reduce of every parameter over the fine axes that split a
     loop dimension the parameter does not index (the IR's partial-sum rule: e.g. the batch
     under data parallelism); axes that replicate the computation produce identical
@@ -59,11 +63,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InvalidInputError
-from ..graph.ir import DTYPE_BYTES, Operator, TensorRole
+from ..graph.ir import DTYPE_BYTES, Operator, OpKind, TensorRole
 from ..space.mesh import fine_groups
 from .optimizer import check_optimizer, state_bytes_per_param
 
-__all__ = ["OperatorCosts", "OperatorCoster", "split_matrix", "local_numel"]
+__all__ = ["OperatorCosts", "OperatorCoster", "split_matrix", "local_numel", "compute_key", "local_shapes",
+           "config_compute_keys", "compute_dtype", "KEY_IGNORED_ATTRS"]
+
+#: Attributes left out of :func:`compute_key`: tensor names (``order``), global target shapes
+#: (``shape``, ``sizes``: the local output shapes already carry them) and constants that do
+#: not change the work (``eps``, ``scale``).
+KEY_IGNORED_ATTRS = frozenset({"order", "shape", "sizes", "eps", "scale"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +111,85 @@ def local_numel(op: Operator, use, numel: int, splits: np.ndarray) -> np.ndarray
         if g:
             div = div * splits[:, index[g[0]]]
     return numel // div
+
+
+def _fmt(v) -> str:
+    if isinstance(v, (tuple, list)):
+        return "[" + ",".join(_fmt(x) for x in v) + "]"
+    if isinstance(v, bool) or v is None:
+        return str(v)
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)
+
+
+def compute_key(op: Operator, local_shapes, dtype) -> str:
+    """Measured-table key of one operator shard: kind, relevant attributes, local shapes, dtype.
+
+    ``local_shapes`` are the local shard shapes of ``op.uses()`` (inputs, parameters, outputs,
+    in that order); uses are labelled by role and position (``x0`` inputs, ``w0`` parameters,
+    ``y0`` outputs), never by tensor name, so that operators doing equal local work (repeated
+    layers, configurations with equal shards) share a key. The entry is forward + backward.
+
+    Examples
+    --------
+    >>> from tensoropt_py.graph.ir import *
+    >>> op = Operator("fc", OpKind.LINEAR, (LoopDim("b", 8, DimKind.SAMPLE), LoopDim("k", 64, DimKind.REDUCTION),
+    ...               LoopDim("n", 32, DimKind.PARAMETER)), inputs=(TensorUse("x", (("b",), ("k",))),),
+    ...               params=(TensorUse("w", (("k",), ("n",))),), outputs=(TensorUse("y", (("b",), ("n",))),),
+    ...               attrs=(("bias", False),))
+    >>> compute_key(op, [(8, 64), (64, 32), (8, 32)], "float32")
+    'linear|bias=False|x0[8,64];w0[64,32];y0[8,32]|float32'
+    """
+    uses = op.uses()
+    shapes = list(local_shapes)
+    if len(shapes) != len(uses):
+        raise InvalidInputError(f"operator {op.name!r} has {len(uses)} tensor uses, got {len(shapes)} local shapes")
+    nin, npar = len(op.inputs), len(op.params)
+    parts = []
+    for u, shp in enumerate(shapes):
+        role, pos = ("x", u) if u < nin else ("w", u - nin) if u < nin + npar else ("y", u - nin - npar)
+        parts.append(f"{role}{pos}{_fmt(tuple(int(d) for d in shp))}")
+    return f"{op_work_kind(op)}|{';'.join(parts)}|{dtype}"
+
+
+def op_work_kind(op: Operator) -> str:
+    """Operator kind and the attributes that change its local work (``"linear|bias=True"``).
+
+    Tensor names, global shapes and numeric constants (:data:`KEY_IGNORED_ATTRS`) are left
+    out, so repeated layers share it.
+    """
+    attrs = ",".join(f"{k}={_fmt(v)}" for k, v in sorted(op.attrs, key=lambda kv: kv[0]) if k not in KEY_IGNORED_ATTRS)
+    return f"{op.kind.value}|{attrs}"
+
+
+def local_shapes(op: Operator, tensors, config) -> tuple[tuple[int, ...], ...]:
+    """Local shard shape of every use of ``op`` (``op.uses()`` order) under ``config``.
+
+    A partial block is full size; a dimension that does not divide evenly keeps its
+    floor (the configurations enumerated never produce one).
+    """
+    out = []
+    for u, use in enumerate(op.uses()):
+        shape = tensors[use.tensor].shape
+        f = config.layout(op, u).split_factors(len(shape))
+        out.append(tuple(int(n) // k for n, k in zip(shape, f)))
+    return tuple(out)
+
+
+def config_compute_keys(op: Operator, tensors, configs, dtype) -> list[str]:
+    """:func:`compute_key` of ``op`` under each of ``configs``."""
+    return [compute_key(op, local_shapes(op, tensors, c), dtype) for c in configs]
+
+
+def compute_dtype(op: Operator, tensors, dtype=None, mixed_precision=False) -> str:
+    """The dtype an :class:`OperatorCoster` computes ``op`` in (selects peak and key)."""
+    dtype = dtype or (tensors[op.outputs[0].tensor].dtype if op.outputs else "float32")
+    if dtype not in ("float32", "float16", "bfloat16", "float64"):
+        dtype = "float32"
+    if mixed_precision and dtype == "float32":
+        dtype = "float16"
+    return dtype
 
 
 class OperatorCoster:
@@ -168,14 +257,17 @@ class OperatorCoster:
             lb = local_numel(op, use, spec.numel, splits) * DTYPE_BYTES[spec.dtype]
             local_bytes.setdefault(use.tensor, lb)
             moved += lb
-        dtype = self.dtype or (tensors[op.outputs[0].tensor].dtype if op.outputs else "float32")
-        if dtype not in ("float32", "float16", "bfloat16", "float64"):
-            dtype = "float32"
-        if self.mixed_precision and dtype == "float32":
-            dtype = "float16"
+        dtype = compute_dtype(op, tensors, self.dtype, self.mixed_precision)
         fwd = self.compute.times(op.flops / total_split, moved, dtype=dtype)
         bwd = self.compute.times(op.backward_flops / total_split, 2 * moved, dtype=dtype) if op.backward_flops else np.zeros(K)
         compute_time = np.asarray(fwd + bwd, dtype=np.float64)
+        table = getattr(self.compute, "table", None)
+        if table is not None and len(table) and op.kind is not OpKind.INPUT:
+            # measured forward + backward of the local shard (one table entry per key)
+            # (the vectorised roofline above is the fallback for keys the table lacks)
+            for k, key in enumerate(config_compute_keys(op, tensors, configs, dtype)):
+                if key in table:
+                    compute_time[k] = self.compute.time(0.0, 0.0, key=key, dtype=dtype)
 
         param_mem = np.zeros(K)
         comm_time = np.zeros(K)
