@@ -488,14 +488,15 @@ def frontier(
     for i, costs in enumerate(mcg.node_costs):
         compute += np.asarray(costs)[choices[:, i], 2]
     time = np.asarray(tracked.time, dtype=float)
-    # TrackedFrontier counts heuristic eliminations in ``n_heuristic``; any, epsilon thinning,
-    # a config cap or the Mesh-TensorFlow restriction make the result not the exact frontier.
-    heuristic = int(getattr(tracked, "n_heuristic", getattr(tracked, "heuristic_eliminations", 0)))
+    # Any heuristic elimination, epsilon thinning, a config cap or the Mesh-TensorFlow
+    # restriction make the result not the exact frontier of the model's space.
+    heuristic = int(tracked.n_heuristic)
     return Frontier(
         memory=np.asarray(tracked.memory, dtype=float), time=time, compute_time=compute,
         communication_time=np.maximum(time - compute, 0.0), choices=choices,
         edge_choices=np.asarray(tracked.edge_choices, dtype=np.int64), devices=devices, model=graph.name,
-        cluster=cl.name, exact=bool(heuristic == 0 and epsilon == 0 and not mesh_tensorflow and max_configs is None), epsilon=float(epsilon),
+        cluster=cl.name, epsilon=float(epsilon),
+        exact=bool(heuristic == 0 and epsilon == 0 and not mesh_tensorflow and max_configs is None),
         heuristic_eliminations=heuristic, seconds={"build": t1 - t0, "track": t2 - t1},
         model_cost_graph=mcg, model_fingerprint=_fingerprint(graph), optimizer=optimizer,
     )
