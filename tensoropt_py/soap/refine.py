@@ -58,8 +58,10 @@ def soap_to_choices(strategy: SoapStrategy, mcg, fallback=None) -> np.ndarray | 
     For every operator, a config with the same split factor on every loop dimension is
     taken, preferring one whose partitions sit on the same devices, then one with the
     same partition order. SOAP places unsplit operators on single devices, which mesh
-    form replicates instead; operators with no config of equal factors (data loading is
-    fixed to data parallelism) take ``fallback[i]``, or make the result None without one.
+    form replicates instead. An operator with no config of equal factors (pruned from the
+    frontier's space, or data loading, which is fixed to data parallelism) takes the
+    SOAP-expressible config sharing most split factors with it, else ``fallback[i]``; with
+    neither the result is None.
     """
     choices = np.zeros(len(mcg.op_names), dtype=np.int64)
     index = {name: i for i, name in enumerate(mcg.op_names)}
@@ -68,9 +70,13 @@ def soap_to_choices(strategy: SoapStrategy, mcg, fallback=None) -> np.ndarray | 
         wanted = {d: k for d, k in cfg.degrees if k > 1}
         order = [d for d, k in cfg.degrees if k > 1]
         best, best_rank = None, 3
+        nearest, nearest_shared = None, -1
         for k, candidate in enumerate(mcg.configs[i]):
             factors = {d.name: f for d, f in zip(op.loop_dims, candidate.split_factors()) if f > 1}
             if factors != wanted:
+                shared = sum(1 for d, f in factors.items() if wanted.get(d) == f)
+                if shared > nearest_shared and _soap_expressible(op, factors):
+                    nearest, nearest_shared = k, shared
                 continue
             axes = sorted((a, d.name) for d, a in zip(op.loop_dims, candidate.assignment) if a >= 0)
             same_order = [name for _, name in axes] == order
@@ -80,11 +86,21 @@ def soap_to_choices(strategy: SoapStrategy, mcg, fallback=None) -> np.ndarray | 
             if rank < best_rank:
                 best, best_rank = k, rank
         if best is None:
-            if fallback is None:
+            best = nearest if nearest is not None else None if fallback is None else int(fallback[i])
+            if best is None:
                 return None
-            best = int(fallback[i])
         choices[i] = best
     return choices
+
+
+def _soap_expressible(op, factors) -> bool:
+    """Whether SOAP can split ``op`` by ``factors`` (no reduction or unsplittable dimension)."""
+    parts = math.prod(factors.values())
+    try:
+        from_split_factors(op, sorted(factors.items()), tuple(range(parts)))
+    except NotSoapError:
+        return False
+    return True
 
 
 def parse_budget(budget) -> tuple[int, float | None]:
