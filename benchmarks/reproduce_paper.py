@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import math
 import multiprocessing as mp
-import os
 import sys
 import time
 from pathlib import Path
@@ -73,7 +72,8 @@ def _run_one(model_name, devices, rnn_small, queue):
     queue.put(("frontier", dict(model=fr.model, points=len(fr), seconds=time.perf_counter() - t0,
                                 memory=fr.memory.tolist(), time=fr.time.tolist(), turning_point=tp,
                                 exact=fr.exact, cap=cap)))
-    path = FIGURES / f"fig6_{model_name}_{devices}.png"
+    tag = "rnn_small" if (model_name == "rnn" and rnn_small) else model_name
+    path = FIGURES / f"fig6_{tag}_{devices}.png"
     drawn = {}
 
     def replot():
@@ -145,6 +145,10 @@ def report(model_name, devices, msgs, elapsed, limit):
         if bm.size == 1:
             verdict, by = dominance(fm, ft, bm[0], bt[0])
             extra = f" (by {gb(by[0])} GB, {by[1]:.3f} s)" if by else ""
+            if verdict == "not dominated":
+                j = max(int(np.searchsorted(fm, bm[0], side="right")) - 1, 0)  # frontier point left of it
+                extra = (f" (memory {100 * (bm[0] / fm[j] - 1):+.2f}%, time {100 * (bt[0] / ft[j] - 1):+.2f}% vs "
+                         f"the frontier's {fm[j] / 1e9:.3f} GB, {ft[j]:.3f} s point)")
             print(f"| {d['name']} | {gb(bm[0])} | {bt[0]:.3f} | {verdict}{extra}{cap_note} |")
         else:
             verdicts = [dominance(fm, ft, m, t)[0] for m, t in zip(bm, bt)]
@@ -204,8 +208,14 @@ def profile(model_name, counts, rnn_small):
             p = fn(model, cluster, n)
             raw[name].append((float(p.memory), float(p.time)))
             base[name].append(float(p.time) if p.memory <= cap else math.nan)
-    path = FIGURES / f"fig8_{model_name}.png"
+    path = FIGURES / f"fig8_{'rnn_small' if (model_name == 'rnn' and rnn_small) else model_name}.png"
     fig = prof.plot(path, baselines=base, title=f"{prof.model} on {CLUSTER}, cap {gb(cap)} GB (Fig. 8 style)")
+    # A method with no bar at all (nothing fits) gets a default-coloured legend swatch: redraw
+    # the legend with the colours plot_profile uses (C0, C1, ... in order).
+    from matplotlib.patches import Patch
+
+    names = ["TensorOpt", *base]
+    fig.axes[0].legend(handles=[Patch(color=f"C{i}", label=n) for i, n in enumerate(names)], fontsize=8)
     fig.savefig(path, dpi=100)
     plt.close(fig)
     print(f"\n### Fig. 8 profile: {prof.model} on {CLUSTER}, memory cap {gb(cap)} GB "
