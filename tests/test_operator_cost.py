@@ -55,3 +55,26 @@ def test_exclude_saved_and_bad_optimizer():
     assert (full.memory - ex.memory == full.saved_memory).all() and (ex.saved_memory == 0).all()
     with pytest.raises(InvalidInputError, match="unknown optimizer 'rmsprop'"):
         OperatorCoster(CL, optimizer="rmsprop")
+
+
+@pytest.mark.parametrize("devices", [1, 4])
+def test_shared_rnn_weights_are_charged_once(devices):
+    # Every LSTM cell of a layer reads the same weights over the time steps: under data
+    # parallelism the parameter state (weights, gradients, Adam's m and v) is held once per
+    # device, not once per time step.
+    from tensoropt_py.cost.builder import build_cost_graph
+    from tensoropt_py.graph import zoo
+
+    graph = zoo.rnn(batch=8, seq_len=5, layers=2, hidden=32, vocab=50)
+    assert max(len(u) for u in graph.parameter_users().values()) == 5  # the test needs shared weights
+    cluster = Cluster.preset("cpu-1x4")
+    mcg = build_cost_graph(graph, cluster, devices)
+    coster = OperatorCoster(cluster)
+    readers = {p: len(u) for p, u in graph.parameter_users().items()}
+    choice = mcg.data_parallel_choice()
+    total = 0.0
+    for i, name in enumerate(mcg.op_names):
+        op = graph.operator(name)
+        total += coster.costs(op, graph.tensors, [mcg.configs[i][choice[i]]], readers=readers).param_memory[0]
+    expected = graph.num_parameters * state_bytes_per_param("adam", "float32")
+    assert total == pytest.approx(expected, rel=1e-12)

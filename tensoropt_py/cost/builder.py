@@ -355,9 +355,10 @@ def _config_signature(op):
     return (op.kind is OpKind.INPUT, loops, (len(op.inputs), len(op.params), len(op.outputs)), uses), slot
 
 
-def _node_signature(op, csig, slot, tensors, exclude):
+def _node_signature(op, csig, slot, tensors, exclude, readers):
     """Everything an operator's costs, layouts and pruning depend on (names replaced by positions)."""
-    specs = tuple((k, tensors[t].shape, tensors[t].dtype, tensors[t].role) for t, k in slot.items())
+    specs = tuple((k, tensors[t].shape, tensors[t].dtype, tensors[t].role, readers.get(t, 1))
+                  for t, k in slot.items())
     saved = tuple(slot[t] for t in op.saved)
     excl = tuple(sorted(slot[t] for t in exclude))
     # The kind and attributes matter once measured compute tables key costs by them.
@@ -365,6 +366,7 @@ def _node_signature(op, csig, slot, tensors, exclude):
 
 
 def _build_fast(graph, n, valid, mesh_tf, max_configs, coster, rescheduler):
+    readers = {p: len(users) for p, users in graph.parameter_users().items()}
     tensors = graph.tensors
     ops = graph.operators
     index = {op.name: i for i, op in enumerate(ops)}
@@ -392,11 +394,11 @@ def _build_fast(graph, n, valid, mesh_tf, max_configs, coster, rescheduler):
     node_cache: dict = {}
     node_sig_ids, kept_configs, node_costs, kept_layouts = [], [], [], []
     for i, op in enumerate(ops):
-        nsig = _node_signature(op, csigs[i], slots[i], tensors, exclude[op.name])
+        nsig = _node_signature(op, csigs[i], slots[i], tensors, exclude[op.name], readers)
         hit = node_cache.get(nsig)
         if hit is None:
             cfgs = configs[i]
-            oc = coster.costs(op, tensors, cfgs, exclude_saved=exclude[op.name])
+            oc = coster.costs(op, tensors, cfgs, exclude_saved=exclude[op.name], readers=readers)
             outs, ins, grads = _layouts_of(op, cfgs)
             arr = np.stack([oc.memory, oc.time, oc.compute_time, oc.comm_time], axis=1)
             keep = _prune(arr, list(zip(*(outs + ins + grads))) if outs + ins + grads else [()] * len(cfgs),
@@ -536,6 +538,7 @@ class _EdgePlan:
 
 def _build_reference(graph, n, valid, mesh_tf, max_configs, coster, rescheduler):
     """The original construction (every operator and edge on its own): the tests' reference."""
+    readers = {p: len(users) for p, users in graph.parameter_users().items()}
     tensors = graph.tensors
     ops = graph.operators
     index = {op.name: i for i, op in enumerate(ops)}
@@ -583,7 +586,7 @@ def _build_reference(graph, n, valid, mesh_tf, max_configs, coster, rescheduler)
     node_costs, kept_layouts = [], []
     for i, op in enumerate(ops):
         cfgs = configs[i]
-        oc = coster.costs(op, tensors, cfgs, exclude_saved=exclude[op.name])
+        oc = coster.costs(op, tensors, cfgs, exclude_saved=exclude[op.name], readers=readers)
         outs, ins, grads = layouts_of(op, cfgs)
         arr = np.stack([oc.memory, oc.time, oc.compute_time, oc.comm_time], axis=1)
         keep = _prune(arr, [tuple(L[k] for L in outs + ins + grads) for k in range(len(cfgs))], max_configs)

@@ -233,7 +233,7 @@ class OperatorCoster:
             t = self._ar[key] = float(self.comm.collective_time("all_reduce", nbytes, fine_groups(sizes, axes)))
         return t
 
-    def costs(self, op: Operator, tensors, configs, *, exclude_saved=()) -> OperatorCosts:
+    def costs(self, op: Operator, tensors, configs, *, exclude_saved=(), readers=None) -> OperatorCosts:
         """Costs of ``op`` under each of ``configs``.
 
         Parameters
@@ -243,6 +243,12 @@ class OperatorCoster:
         configs : sequence of OpConfig
         exclude_saved : iterable of str
             Saved tensors whose memory is accounted elsewhere (edges).
+        readers : mapping parameter name -> int, optional
+            How many operators read each parameter (shared weights: RNN cells of every
+            time step, tied embeddings). A shared parameter's state is held once and its
+            gradient all-reduced once per iteration, so each reader is charged ``1/readers``
+            of both: exact when the readers shard it alike (the common case: one cell config
+            repeated over time), an average when they shard it differently.
         """
         K = len(configs)
         if K == 0:
@@ -281,11 +287,12 @@ class OperatorCoster:
             spec = tensors[use.tensor]
             numel_local = local_bytes[use.tensor] // DTYPE_BYTES[spec.dtype]
             if spec.role is TensorRole.PARAMETER:
+                share = 1.0 / max(int((readers or {}).get(use.tensor, 1)), 1)
                 per = state_bytes_per_param(self.optimizer, spec.dtype, mixed_precision=self.mixed_precision)
-                param_mem += numel_local * per
+                param_mem += numel_local * per * share
                 gbytes = 2 if self.mixed_precision else DTYPE_BYTES[spec.dtype]
                 indexed = {index[n] for n in use.loop_dims()}
-                trained.append((numel_local * gbytes, indexed))
+                trained.append((numel_local * gbytes * share, indexed))
             else:
                 param_mem += local_bytes[use.tensor]
         if trained:
@@ -295,7 +302,7 @@ class OperatorCoster:
                 for gb, indexed in trained:
                     axes = tuple(a for a, lab in enumerate(c.fine) if lab >= 0 and lab not in indexed)
                     if axes:
-                        fused[axes] = fused.get(axes, 0) + int(gb[k])
+                        fused[axes] = fused.get(axes, 0) + float(gb[k])
                 comm_time[k] = sum(self._allreduce(b, sizes, ax) for ax, b in fused.items())
 
         saved_mem = np.zeros(K)
