@@ -190,6 +190,13 @@ def main(argv=None) -> int:
 def _guard(fn) -> int:
     try:
         code = fn()
+    except BrokenPipeError:
+        # The reader went away (``tensoropt-py frontier ... | head``): not an error. Point
+        # stdout at devnull so the interpreter's final flush does not complain either.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except InfeasibleError as exc:
         print(f"tensoropt-py: error: {exc}", file=sys.stderr)
         return 1
