@@ -22,6 +22,7 @@ import numpy as np
 
 from .errors import InfeasibleError, InvalidInputError
 from .plan import Collective, EdgePlan, OperatorPlan, Plan
+from .units import MEMORY_UNITS, TIME_UNITS, display_unit
 
 __all__ = ["frontier", "find_strategy", "Frontier", "Profile", "load_model", "load_cluster", "turning_point"]
 
@@ -270,8 +271,8 @@ class Frontier:
 
     def table(self, *, mark: int | None = None, limit: int = 40) -> str:
         """The frontier as a text table (memory per device, seconds per iteration)."""
-        mem_unit, mem_div = _unit(self.memory, MEMORY_UNITS[1:])
-        t_unit, t_div = _unit(self.time, TIME_UNITS[1:])
+        mem_unit, mem_div = display_unit(self.memory, MEMORY_UNITS[1:])
+        t_unit, t_div = display_unit(self.time, TIME_UNITS[1:])
         lines = [f"{'#':>4}  {'memory ' + mem_unit:>11}  {'time ' + t_unit:>10}  {'compute ' + t_unit:>11}  "
                  f"{'comm ' + t_unit:>10}"]
         idx = np.arange(len(self))
@@ -359,20 +360,6 @@ def _fmt_bytes(nbytes: float) -> str:
     return f"{nbytes:.6g} bytes"
 
 
-def _unit(values, units):
-    """The largest (name, divisor) of ``units`` (ascending) that the largest finite value reaches."""
-    v = np.asarray(values, dtype=float)
-    v = v[np.isfinite(v)]
-    top = float(np.abs(v).max()) if v.size else 0.0
-    name, div = units[0]
-    for n, d in units:
-        if top >= d:
-            name, div = n, d
-    return name, div
-
-
-MEMORY_UNITS = (("B", 1.0), ("kB", 1e3), ("MB", 1e6), ("GB", 1e9), ("TB", 1e12))
-TIME_UNITS = (("us", 1e-6), ("ms", 1e-3), ("s", 1.0))
 
 
 def _fingerprint(graph) -> str:
@@ -522,8 +509,8 @@ class Profile:
     def table(self) -> str:
         """Devices, best time, its memory and the least memory any strategy needs, per device count."""
         mems = [self.memory] + ([] if self.min_memory is None else [self.min_memory])
-        m_unit, m_div = _unit(np.concatenate([np.ravel(m) for m in mems]), MEMORY_UNITS[1:])
-        t_unit, t_div = _unit(self.time, TIME_UNITS[1:])
+        m_unit, m_div = display_unit(np.concatenate([np.ravel(m) for m in mems]), MEMORY_UNITS[1:])
+        t_unit, t_div = display_unit(self.time, TIME_UNITS[1:])
         lines = [f"{'devices':>8}  {'best time ' + t_unit:>13}  {'memory ' + m_unit:>10}"
                  + ("" if self.min_memory is None else f"  {'min memory ' + m_unit:>14}")]
         for i, d in enumerate(self.devices):

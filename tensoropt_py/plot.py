@@ -18,21 +18,11 @@ import numpy as np
 __all__ = ["plot_frontier", "plot_frontiers", "plot_profile"]
 
 _GB = 1e9
-_MEMORY_UNITS = (("B", 1.0), ("kB", 1e3), ("MB", 1e6), ("GB", 1e9), ("TB", 1e12))
-_TIME_UNITS = (("us", 1e-6), ("ms", 1e-3), ("s", 1.0))
+from .units import MEMORY_UNITS as _MEMORY_UNITS
+from .units import TIME_UNITS as _TIME_UNITS
+from .units import display_unit as _unit
 
 
-def _unit(arrays, units):
-    """``(name, divisor)``: the largest unit of ``units`` that the largest finite value reaches."""
-    values = [np.ravel(np.asarray(a, dtype=float)) for a in arrays]
-    v = np.concatenate(values) if values else np.zeros(0)
-    v = v[np.isfinite(v)]
-    top = float(np.abs(v).max()) if v.size else 0.0
-    name, div = units[0]
-    for n, d in units:
-        if top >= d:
-            name, div = n, d
-    return name, div
 
 
 def _fmt(value, unit):

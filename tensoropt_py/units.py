@@ -384,3 +384,33 @@ def format_time(seconds, *, digits=3):
         return "0 s"
     units = [(1e-9, "ns"), (1e-6, "us"), (1e-3, "ms"), (1.0, "s"), (60.0, "min"), (3600.0, "h")]
     return _format_scaled(s, units, digits)
+
+
+#: Display units (name, size in base units), ascending, for tables and plot axes.
+MEMORY_UNITS = (("B", 1.0), ("kB", 1e3), ("MB", 1e6), ("GB", 1e9), ("TB", 1e12))
+TIME_UNITS = (("us", 1e-6), ("ms", 1e-3), ("s", 1.0))
+
+
+def display_unit(arrays, units):
+    """``(name, divisor)``: the largest of ``units`` (ascending) that the largest finite value reaches.
+
+    ``arrays`` is an array or a sequence of arrays sharing one axis or column.
+
+    Examples
+    --------
+    >>> display_unit([[2.5e6, 9e8]], MEMORY_UNITS)
+    ('MB', 1000000.0)
+    >>> display_unit([], TIME_UNITS)
+    ('us', 1e-06)
+    """
+    import numpy as np
+
+    parts = [np.ravel(np.asarray(a, dtype=float)) for a in (arrays if isinstance(arrays, (list, tuple)) else [arrays])]
+    v = np.concatenate(parts) if parts else np.zeros(0)
+    v = v[np.isfinite(v)]
+    top = float(np.abs(v).max()) if v.size else 0.0
+    name, div = units[0]
+    for n, d in units:
+        if top >= d:
+            name, div = n, d
+    return name, div
