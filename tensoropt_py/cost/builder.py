@@ -551,29 +551,7 @@ def _build_reference(graph, n, valid, mesh_tf, max_configs, coster, rescheduler)
                                 f"valid counts: {', '.join(map(str, valid))}")
 
     # 2. edges and tensor-reuse roles
-    edge_list = []  # (producer, consumer, tensor, use_index)
-    for op in ops:
-        seen = set()
-        for ui, use in enumerate(op.inputs):
-            edge_list.append((graph.producer(use.tensor), op.name, use.tensor, ui, use.tensor not in seen))
-            seen.add(use.tensor)
-    keepers: dict = {}
-    for p, c, t, ui, first in edge_list:
-        if first and t in graph.operator(c).saved:
-            keepers.setdefault(t, []).append(c)
-    exclude = {op.name: set() for op in ops}
-    edge_reuse = []
-    for p, c, t, ui, first in edge_list:
-        prod_keeps = t in graph.operator(p).saved
-        cons_keeps = first and t in graph.operator(c).saved
-        if prod_keeps and cons_keeps:
-            mode = "pair" if len(keepers[t]) == 1 else "multi"
-            exclude[c].add(t)
-            if mode == "pair":
-                exclude[p].add(t)
-        else:
-            mode = "none"
-        edge_reuse.append(mode)
+    edge_list, edge_reuse, exclude = _edges_and_reuse(graph, ops)
 
     # 3. node costs and dominance pruning
     def layouts_of(op, cfgs):
