@@ -402,7 +402,8 @@ def plan_from_choices(mcg, choices, edge_choices, *, model: str, cluster: str, o
     for rec in record.edges:
         edges.append(EdgePlan(producer=rec.producer, consumer=rec.consumer, tensor=rec.tensor,
                               src_layout=str(rec.src), dst_layout=str(rec.dst), forward=_collectives(rec.forward),
-                              backward=_collectives(rec.backward), reuse=rec.reuse, memory=rec.memory, time=rec.time))
+                              backward=_collectives(rec.backward), reuse=rec.reuse, memory=rec.memory, time=rec.time,
+                              rederive=_collectives(rec.rederive)))
     return Plan(model=model, cluster=cluster, devices=int(mcg.num_devices), operators=tuple(ops), edges=tuple(edges),
                 memory=record.memory, time=record.time, compute_time=record.compute_time,
                 communication_time=record.comm_time,

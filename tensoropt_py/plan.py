@@ -20,7 +20,7 @@ __all__ = ["Collective", "OperatorPlan", "EdgePlan", "Plan", "ReuseChoice"]
 
 #: ``EdgePlan.reuse``: the tensor-reuse option chosen on an edge (TensorOpt §4.2), named as in
 #: :data:`tensoropt_py.cost.builder.REUSE_OPTIONS` (``"single"`` where there is nothing to choose).
-ReuseChoice = Literal["single", "both", "producer_copy", "consumer_copy", "reuse_producer"]
+ReuseChoice = Literal["single", "both", "producer_copy", "consumer_copy"]
 
 PLAN_FORMAT = "tensoropt_py.plan/1"
 
@@ -94,6 +94,10 @@ class EdgePlan:
     reuse: str
     memory: float
     time: float
+    #: Collectives that re-derive the dropped copy in backward: ``"producer_copy"``, the
+    #: consumer's copy from the producer's (the forward path again); ``"consumer_copy"``, the
+    #: producer's copy from the consumer's. Empty for the other choices.
+    rederive: tuple[Collective, ...] = ()
 
     def __str__(self):
         steps = " -> ".join(c.kind for c in self.forward) or "no-op"
@@ -104,7 +108,8 @@ class EdgePlan:
         d = dict(d)
         d["forward"] = tuple(Collective.from_dict(c) for c in d.get("forward", ()))
         d["backward"] = tuple(Collective.from_dict(c) for c in d.get("backward", ()))
-        return cls(**{f.name: _tuples(d[f.name]) if f.name not in ("forward", "backward") else d[f.name]
+        d["rederive"] = tuple(Collective.from_dict(c) for c in d.get("rederive", ()))
+        return cls(**{f.name: _tuples(d[f.name]) if f.name not in ("forward", "backward", "rederive") else d[f.name]
                       for f in fields(cls) if f.name in d})
 
 

@@ -118,6 +118,36 @@ def test_tensor_reuse_options(g, mcg4):
                 assert table[a, b, 1, 1] >= table[a, b, 0, 1] and table[a, b, 2, 1] >= table[a, b, 0, 1]
 
 
+def test_decode_gives_single_copy_edges_their_rederivation(g, mcg4):
+    # the decoded re-derivation rebuilds the dropped copy: the consumer's from the producer's
+    # ("producer_copy": the forward path again) or the producer's from the consumer's, and its
+    # time is what the option charges on top of "both"
+    j = next(j for j, info in enumerate(mcg4.edges) if info.reuse == "pair")
+    info, (sc, dc, table) = mcg4.edges[j], mcg4.edge_tables[j]
+    u, v = mcg4.edge_index[j]
+    for ku in range(len(mcg4.configs[u])):
+        for kv in range(len(mcg4.configs[v])):
+            a, b = sc[ku], dc[kv]
+            if info.dst_layouts[b] == info.src_layouts[a].without_partial():
+                continue
+            row = mcg4.data_parallel_choice()
+            row[u], row[v] = ku, kv
+            recs = {}
+            for r, name in enumerate(("both", "producer_copy", "consumer_copy")):
+                ec = np.zeros(len(mcg4.edges), dtype=np.int64)
+                ec[j] = r
+                recs[name] = mcg4.decode(row, ec).edges[j]
+                assert recs[name].reuse == name
+            assert recs["both"].rederive is None
+            assert recs["producer_copy"].rederive == recs["producer_copy"].forward
+            back = recs["consumer_copy"].rederive
+            assert back.src == info.dst_layouts[b] and back.dst == info.src_layouts[a].without_partial()
+            for name in ("producer_copy", "consumer_copy"):
+                assert recs[name].time == pytest.approx(recs["both"].time + recs[name].rederive.time)
+            return
+    pytest.fail("no edge with distinct producer and consumer layouts")
+
+
 def test_mesh_tensorflow_edges(g):
     mcg = build_cost_graph(g, CL, 4, mesh_tensorflow=(2, 2))
     assert all(c.mesh.shape == (2, 2) for cfgs in mcg.configs[1:] for c in cfgs)

@@ -17,15 +17,19 @@ Let ``t`` be produced by ``P`` and read by consumers ``C_i``; "keeps" = ``t`` is
 operator's ``saved``.
 
 * ``P`` keeps ``t`` and exactly one consumer keeps it: the edge has 3 options,
-  ``[keep both, keep the producer's copy, keep the consumer's copy]``, with memory = the
+  ``("both", "producer_copy", "consumer_copy")`` (:data:`REUSE_OPTIONS`), with memory = the
   kept local shard(s) and time = ``fwd + bwd`` plus, for a single copy, the rescheduling
   that re-derives the other copy in backward (``A -> B_in`` resp. ``B_in -> A`` without
   partial sums). When ``A == B_in`` the three collapse into option 0 (one shared copy, no
   extra time); options 1-2 are +inf there.
 * ``P`` keeps ``t`` and several consumers keep it: ``P``'s copy is on ``P``'s node; each
-  such consumer edge has 2 options ``[own copy, re-derive from the producer's copy]``
+  such consumer edge has 2 options ``("both", "producer_copy")``: its own copy, or
+  re-derive it from the producer's copy
   (one option of memory 0 when ``A == B_in``).
 * otherwise every keeper pays its own copy on its node.
+
+:meth:`ModelCostGraph.decode` gives each single-copy edge its ``rederive`` path, and the
+executor runs it in backward (:mod:`tensoropt_py.exec.runner`).
 
 Node memory therefore excludes saved tensors that edges carry; every cost is >= 0.
 
@@ -84,7 +88,11 @@ __all__ = ["build_cost_graph", "ModelCostGraph", "EdgeInfo", "OpRecord", "EdgeRe
 FORBIDDEN_TIME = 1e9
 
 #: Names of the tensor-reuse options per number of options R.
-REUSE_OPTIONS = {1: ("single",), 2: ("consumer_copy", "reuse_producer"), 3: ("both", "producer_copy", "consumer_copy")}
+#: ``"both"``: the producer and the consumer keep their own copy; ``"producer_copy"``: only the
+#: producer's copy is kept and the consumer's is re-derived from it in backward (the forward
+#: rescheduling again); ``"consumer_copy"``: only the consumer's copy is kept and the producer's
+#: is re-derived from it (``B_in -> A`` without partial sums).
+REUSE_OPTIONS = {1: ("single",), 2: ("both", "producer_copy"), 3: ("both", "producer_copy", "consumer_copy")}
 
 _FLOAT = ("float32", "float16", "bfloat16", "float64")
 
@@ -126,6 +134,7 @@ class EdgeRecord:
     reuse: str
     memory: float
     time: float
+    rederive: ReschedulePath | None = None  # re-derives the dropped copy in backward (single-copy reuse)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,8 +221,15 @@ class ModelCostGraph:
             fwd = self.rescheduler.path(spec.shape, spec.dtype, info.src_layouts[a], info.dst_layouts[b])
             bwd = (self.rescheduler.backward(spec.shape, spec.dtype, info.src_layouts[a], info.dst_layouts[b],
                                              info.dst_grad_layouts[b]) if info.backward else None)
+            reuse = REUSE_OPTIONS[table.shape[2]][r]
+            rederive = None
+            if reuse == "producer_copy":
+                rederive = fwd
+            elif reuse == "consumer_copy":
+                rederive = self.rescheduler.path(spec.shape, spec.dtype, info.dst_layouts[b],
+                                                 info.src_layouts[a].without_partial())
             recs.append(EdgeRecord(info.producer, info.consumer, info.tensor, info.src_layouts[a], info.dst_layouts[b],
-                                   fwd, bwd, REUSE_OPTIONS[table.shape[2]][r], float(m), float(t)))
+                                   fwd, bwd, reuse, float(m), float(t), rederive))
         mem = sum(o.memory for o in ops) + sum(e.memory for e in recs)
         time = sum(o.time for o in ops) + sum(e.time for e in recs)
         compute = sum(o.compute_time for o in ops)

@@ -34,11 +34,13 @@ def relative_error(measured, predicted) -> float:
 _rel = relative_error
 
 
-def collective_counts(records, *, tags=("edge:", "grad:")) -> Counter:
+def collective_counts(records, *, tags=("edge:", "reuse:", "grad:")) -> Counter:
     """Counter of ``(phase, kind)`` over records whose tag starts with one of ``tags``.
 
-    Edge reschedulings are tagged ``edge:<producer>-><consumer>:<tensor>``, gradient
-    all-reduces ``grad:<operator>``, tied-parameter reschedulings ``param:<name>``.
+    Edge reschedulings are tagged ``edge:<producer>-><consumer>:<tensor>``, the
+    re-derivation of a copy the plan does not keep ``reuse:<producer>-><consumer>:<tensor>``
+    (phase ``"rederive"``), gradient all-reduces ``grad:<operator>``, tied-parameter
+    reschedulings ``param:<name>``.
     """
     return Counter((r.phase, r.kind) for r in records if r.tag.startswith(tuple(tags)))
 
@@ -46,8 +48,8 @@ def collective_counts(records, *, tags=("edge:", "grad:")) -> Counter:
 def expected_collectives(plan, graph=None) -> Counter:
     """Per-iteration collectives one rank runs according to ``plan``: Counter of ``(phase, kind)``.
 
-    Edge collectives (``fwd``/``bwd``; slices excluded, they are local) come from the plan's
-    paths; with ``graph``, the gradient all-reduces (``grad``) its configurations imply: one
+    Edge collectives (``fwd``/``bwd``, and ``rederive`` for copies the plan does not keep;
+    slices excluded, they are local) come from the plan's paths; with ``graph``, the gradient all-reduces (``grad``) its configurations imply: one
     per operator and set of mesh axes splitting loop dimensions a parameter does not index
     (fused, as the cost model counts them), for parameters read by a single operator.
     """
@@ -59,6 +61,9 @@ def expected_collectives(plan, graph=None) -> Counter:
         for s in e.backward:
             if s.kind != "slice":
                 c[("bwd", s.kind)] += 1
+        for s in e.rederive:
+            if s.kind != "slice":
+                c[("rederive", s.kind)] += 1
     if graph is not None:
         from ..graph.ir import TensorRole
         from .runner import config_from_plan

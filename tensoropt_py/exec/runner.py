@@ -31,9 +31,14 @@ What every rank does (TensorOpt §4.2, "System workflow"):
 6. **Optimizer step** (SGD, momentum SGD or Adam: elementwise, so shards update exactly like
    the full tensor).
 
-Tensor reuse (§4.2) is simplified: autograd keeps whatever each local operator saves, so
-both copies of a tensor kept by a producer and a consumer are kept (the plan's ``reuse``
-choice is reported, not enforced; measured memory may exceed a single-copy prediction).
+Tensor reuse (§4.2): autograd's saved tensors go through ``saved_tensors_hooks``. On an edge
+whose plan keeps one copy, the dropped copy's saved tensors are released after the forward of
+the operator that saved them and re-derived when backward needs them, with the edge's
+``rederive`` collectives: ``"producer_copy"`` re-runs the forward rescheduling from the
+producer's copy; ``"consumer_copy"`` rebuilds the producer's copy from the consumer's. Each
+re-derivation runs once per iteration (phase ``"rederive"``), whatever number of saved views
+share the dropped storage. Tensors are dropped from the forward's working set after their last
+reader, so on CUDA too only what autograd saved outlives its readers.
 
 A failure on one rank after the start (an exception in an operator or a collective) prints
 ``tensoropt-py run: rank R: ...`` and calls ``MPI_Abort``: the whole job ends non-zero.
@@ -42,11 +47,11 @@ A failure on one rank after the start (an exception in an operator or a collecti
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import sys
 import time
-from collections import Counter
 from dataclasses import dataclass
 
 import torch
@@ -59,7 +64,7 @@ from ..space.layout import PARTIAL, REPLICATE, Layout
 from ..space.mesh import Mesh, fine_groups
 from .backend import Backend, make_backend, world
 from .local_ops import LocalOp, prepare
-from .reschedule_exec import reschedule, steps_from_collectives, steps_from_path
+from .reschedule_exec import reschedule, run_steps, steps_from_collectives, steps_from_path
 from .measure import Report, collective_counts, expected_collectives
 from .shard import gather_full, place_coordinate, shard
 
@@ -178,6 +183,53 @@ class _Edge:
     fwd: tuple
     bwd: tuple
     reuse: str
+    rederive: tuple = ()  # steps re-deriving the dropped copy ("producer_copy" / "consumer_copy")
+
+    @property
+    def tag(self) -> str:
+        return f"{self.producer}->{self.consumer}:{self.tensor}"
+
+
+class _Saved:
+    """A tensor autograd saved (the pack hook's handle): kept, or released and re-derived on unpack."""
+
+    __slots__ = ("tensor", "source", "geometry")
+
+    def __init__(self, tensor):
+        self.tensor, self.source, self.geometry = tensor, None, None
+
+    def release(self, source):
+        """Drop the tensor; ``source.take()`` rebuilds its storage's base tensor in backward."""
+        t = self.tensor
+        self.geometry = (tuple(t.size()), tuple(t.stride()), t.storage_offset())
+        self.tensor, self.source = None, source
+
+    def get(self):
+        if self.tensor is not None:
+            return self.tensor
+        base = self.source.take()
+        size, stride, offset = self.geometry
+        if tuple(base.size()) == size and tuple(base.stride()) == stride and offset == 0:
+            return base
+        return base.as_strided(size, stride, offset)
+
+
+class _Rederivation:
+    """One edge's re-derivation in an iteration: run once, shared by every saved view of the copy."""
+
+    __slots__ = ("make", "left", "value")
+
+    def __init__(self, make, uses: int):
+        self.make, self.left, self.value = make, int(uses), None
+
+    def take(self):
+        if self.value is None:
+            self.value = self.make()
+        value = self.value
+        self.left -= 1
+        if self.left <= 0:  # every saved view got it: let it go with the last reader
+            self.value = None
+        return value
 
 
 def _chain(steps, start: Layout, end: Layout, what: str):
@@ -216,6 +268,7 @@ class Executor:
         self.rank = backend.rank
         self.device = backend.device
         self.loss_name = _loss_name(graph)
+        self._holders, self._sources, self._copies = [], [], {}  # one iteration's saved tensors
         self._build()
 
     # -- setup -----------------------------------------------------------------------------------
@@ -253,7 +306,34 @@ class Executor:
             _chain(fwd, A, B, what + " forward")
             if bwd:
                 _chain(bwd, Bg, A.without_partial(), what + " backward")
-            self.edges[(op.name, ui)] = _Edge(prod.name, op.name, use.tensor, ui, fwd, bwd, ep.reuse)
+            red = steps_from_collectives(ep.rederive, n)
+            if ep.reuse == "producer_copy":
+                red = red or fwd  # the forward path again
+                _chain(red, A, B, what + " re-derivation")
+            elif ep.reuse == "consumer_copy":
+                if A.is_partial:
+                    raise InvalidInputError(f"{what}: reuse 'consumer_copy' needs a producer layout without partial "
+                                            f"sums, got {A}")
+                _chain(red, B, A, what + " re-derivation")
+            elif red:
+                raise InvalidInputError(f"{what}: re-derivation collectives given for reuse {ep.reuse!r}; only "
+                                        f"'producer_copy' and 'consumer_copy' re-derive a copy")
+            self.edges[(op.name, ui)] = _Edge(prod.name, op.name, use.tensor, ui, fwd, bwd, ep.reuse, red)
+        # the forward's working set: a tensor leaves it after its last reader
+        last = {}
+        for i, op in enumerate(g.operators):
+            for u in op.outputs:
+                last.setdefault(u.tensor, i)
+            for u in op.inputs:
+                last[u.tensor] = i
+        self._dead_after = [[] for _ in g.operators]
+        for t, i in last.items():
+            if t != self.loss_name:
+                self._dead_after[i].append(t)
+        self._consumer_copies = {}  # (producer, tensor) -> edges keeping only the consumer's copy
+        for e in self.edges.values():
+            if e.reuse == "consumer_copy":
+                self._consumer_copies.setdefault((e.producer, e.tensor), []).append(e)
         self._build_params()
 
     def out_layout(self, op, tensor) -> Layout:
@@ -331,26 +411,56 @@ class Executor:
         g, be, rank = self.graph, self.be, self.rank
         data = synthetic_batch(g, self.seed, step)
         env: dict = {}
-        for op in g.operators:
+        copies = self._copies  # consumer copies the "consumer_copy" edges re-derive from, by edge
+        for i, op in enumerate(g.operators):
             if op.kind is OpKind.INPUT:
                 for u in op.outputs:
                     env[u.tensor] = shard(data[u.tensor], self.out_layout(op, u.tensor), rank).to(self.device)
-                continue
-            ins = {}
-            for ui, use in enumerate(op.inputs):
-                if use.tensor in ins:
-                    continue
-                e = self.edges[(op.name, ui)]
-                with be.phase("fwd"):
-                    ins[use.tensor] = reschedule(env[use.tensor], e.fwd, e.bwd, g.tensors[use.tensor].shape, be,
-                                                 tag=f"edge:{e.producer}->{e.consumer}:{e.tensor}")
-            prm = {}
-            for use in op.params:
-                if use.tensor not in prm:
+            else:
+                ins = {}
+                for ui, use in enumerate(op.inputs):
+                    if use.tensor in ins:
+                        continue
+                    e = self.edges[(op.name, ui)]
                     with be.phase("fwd"):
-                        prm[use.tensor] = self._param(op, use.tensor)
-            env.update(self.local_ops[op.name].run(ins, prm))
+                        ins[use.tensor] = reschedule(env[use.tensor], e.fwd, e.bwd, g.tensors[use.tensor].shape, be,
+                                                     tag=f"edge:{e.tag}")
+                    if e.reuse == "consumer_copy":
+                        copies[e.tag] = ins[use.tensor].detach()
+                prm = {}
+                for use in op.params:
+                    if use.tensor not in prm:
+                        with be.phase("fwd"):
+                            prm[use.tensor] = self._param(op, use.tensor)
+                first = len(self._holders)
+                out = self.local_ops[op.name].run(ins, prm)
+                self._drop_copies(op, ins, env, out, copies, self._holders[first:])
+                env.update(out)
+            for t in self._dead_after[i]:
+                env.pop(t, None)
         return env[self.loss_name]
+
+    def _drop_copies(self, op, ins, env, out, copies, holders):
+        """Release the saved tensors of copies the plan does not keep (module docstring, "Tensor reuse")."""
+        g = self.graph
+        for ui, use in enumerate(op.inputs):
+            e = self.edges[(op.name, ui)]
+            if e.reuse == "producer_copy" and use.tensor in ins and e.rederive:
+                src = env[use.tensor].detach()
+                if _release(holders, ins[use.tensor], functools.partial(self._rederive, e, src)):
+                    self._sources.append(src)
+        for u in op.outputs:
+            for e in self._consumer_copies.get((op.name, u.tensor), ()):
+                if _release(holders, out[u.tensor], functools.partial(self._rederive_from, e, copies)):
+                    self._sources.append(e.tag)
+
+    def _rederive(self, e, src):
+        be = self.be
+        with torch.no_grad(), be.phase("rederive"), be.tag(f"reuse:{e.tag}"):
+            return run_steps(src, e.rederive, self.graph.tensors[e.tensor].shape, be.rank, be)
+
+    def _rederive_from(self, e, copies):
+        return self._rederive(e, copies[e.tag])
 
     def _sync_grads(self):
         be = self.be
@@ -380,22 +490,17 @@ class Executor:
         be = self.be
         be.barrier()
         first = len(be.records)
-        saved: dict = {}
-        ptrs = self._param_ptrs
-
-        def pack(t):
-            st = t.untyped_storage()
-            p = st.data_ptr()
-            if p not in ptrs:
-                saved[p] = max(saved.get(p, 0), st.nbytes())
-            return t
-
         t0 = time.perf_counter()
         self.opt.zero_grad(set_to_none=True)
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        self._holders, self._sources, self._copies = [], [], {}
+        with torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack):
             loss = self.forward(step)
+        # what backward will read: kept saved tensors and the copies re-derivations start from
+        sources = [self._copies[x] if isinstance(x, str) else x for x in self._sources]
+        saved = _saved_bytes([h.tensor for h in self._holders if h.tensor is not None] + sources, self._param_ptrs)
         with be.phase("bwd"):
             loss.backward()
+        self._holders, self._sources, self._copies = [], [], {}
         self._sync_grads()
         for t in self.params:
             if t.grad is None:
@@ -404,7 +509,14 @@ class Executor:
         be.synchronize()
         dt = time.perf_counter() - t0
         recs = be.records[first:]
-        return self._loss_value(loss), dt, sum(saved.values()), recs
+        return self._loss_value(loss), dt, saved, recs
+
+    def _pack(self, t):
+        if t.untyped_storage().data_ptr() in self._param_ptrs:
+            return t  # parameters and constants are counted as state, never released
+        h = _Saved(t)
+        self._holders.append(h)
+        return h
 
     def state_bytes(self) -> int:
         """Parameters + gradients + optimizer state + constants held by this rank."""
@@ -424,6 +536,40 @@ class Executor:
                 loc, lay = self.master[t.name]
                 out[t.name] = gather_full(loc.detach(), lay, t.shape, self.be).cpu()
         return out
+
+
+def _unpack(h):
+    return h.get() if isinstance(h, _Saved) else h
+
+
+def _release(holders, base, make) -> int:
+    """Release the holders whose tensor lives in ``base``'s storage; ``make()`` rebuilds ``base``.
+
+    Only a dense ``base`` owning its whole storage can be rebuilt exactly (the saved views are
+    re-created with ``as_strided``); otherwise nothing is released. Returns the count released.
+    """
+    st = base.untyped_storage()
+    if (not base.is_contiguous() or base.storage_offset() != 0
+            or st.nbytes() != base.numel() * base.element_size()):
+        return 0
+    ptr = st.data_ptr()
+    mine = [h for h in holders if h.tensor is not None and h.tensor.dtype == base.dtype
+            and h.tensor.untyped_storage().data_ptr() == ptr]
+    if mine:
+        source = _Rederivation(make, len(mine))
+        for h in mine:
+            h.release(source)
+    return len(mine)
+
+
+def _saved_bytes(tensors, exclude) -> int:
+    """Bytes of the distinct storages ``tensors`` live in (storages in ``exclude`` left out)."""
+    sizes: dict = {}
+    for t in tensors:
+        st = t.untyped_storage()
+        if st.data_ptr() not in exclude:
+            sizes[st.data_ptr()] = st.nbytes()
+    return sum(sizes.values())
 
 
 # ----------------------------------------------------------------------------------------------
@@ -508,7 +654,7 @@ def run_plan(plan, graph: Graph, steps: int = 3, seed: int = 0, *, backend="auto
             losses.append(loss)
             times.append(dt)
             saved_peak = max(saved_peak, saved)
-            comm_times.append(sum(r.seconds for r in recs if r.phase in ("fwd", "bwd", "grad")))
+            comm_times.append(sum(r.seconds for r in recs if r.phase in ("fwd", "bwd", "rederive", "grad")))
             last = recs
     except BaseException as exc:
         exc._tensoropt_during_run = True  # main() aborts the whole job
@@ -524,9 +670,6 @@ def run_plan(plan, graph: Graph, steps: int = 3, seed: int = 0, *, backend="auto
     allr = comm.allgather(mine) if comm is not None else [mine]
     counts = collective_counts(last)
     notes = []
-    reuse = Counter(e.reuse for e in plan.edges)
-    if any(k in ("producer_copy", "consumer_copy", "reuse_producer") for k in reuse):
-        notes.append("tensor reuse is not enforced: both copies of tensors kept by producer and consumer are kept")
     if ex.shared:
         notes.append(f"tied parameters {sorted(ex.shared)} are rescheduled to their readers (extra collectives)")
     report = Report(

@@ -5,10 +5,11 @@
 1. ``--pairs``: every layout pair of the given shapes over the job's fine axes is rescheduled
    (forward paths from the Rescheduler, and the same paths round-tripped through plan JSON)
    and compared with slicing the full tensor (partial layouts: pieces summing to the tensor).
-2. ``--models``: data-parallel, min-memory (ToFu-like), min-time (OptCNN-like) and random
-   frontier plans of small zoo models run for a few steps; losses and final parameters are
-   compared with single-process torch, and the edge + gradient collectives of one iteration
-   with those the plan implies.
+2. ``--models``: data-parallel, ToFu and OptCNN baseline plans, the frontier's two ends, the
+   first frontier plans keeping a single copy of a tensor (re-derived in backward) and random
+   frontier plans of small models run for a few steps; losses and final parameters are
+   compared with single-process torch, and the edge, re-derivation and gradient collectives
+   of one iteration with those the plan implies.
 
 Any mismatch raises on the rank that saw it (python -m mpi4py then aborts the job). Rank 0
 writes a JSON summary to OUT.json.
@@ -90,15 +91,25 @@ def check_pairs(shape):
 
 
 def plans_of(graph, k_random, seed=0):
+    """(name, plan, optimizer) to run: the baselines, single-copy reuse plans, random frontier points."""
+    from tensoropt_py import baselines
+
     fr = to.frontier(graph, "cpu-1x4", devices=n)
     mcg = fr.model_cost_graph
-    out = [("data_parallel", plan_from_choices(mcg, mcg.data_parallel_choice(), np.zeros(len(mcg.edges), dtype=np.int64),
-                                               model=graph.name, cluster="cpu-1x4")),
-           ("min_memory", fr.plan(0)), ("min_time", fr.plan(len(fr) - 1))]
+    cl = Cluster.preset("cpu-1x4")
+    out = [("data_parallel", baselines.data_parallel(cost_graph=mcg, cluster=cl), "adam"),
+           ("tofu", baselines.tofu(cost_graph=mcg, cluster=cl), "sgd"),
+           ("optcnn", baselines.optcnn(cost_graph=mcg, cluster=cl), "adam"),
+           ("min_memory", fr.plan(0), "sgd"), ("min_time", fr.plan(len(fr) - 1), "adam")]
+    plans = [fr.plan(i) for i in range(len(fr))]
+    for reuse in ("producer_copy", "consumer_copy"):  # the tensor-reuse choices that drop a copy
+        with_it = [i for i, p in enumerate(plans) if any(e.reuse == reuse and e.rederive for e in p.edges)]
+        if with_it:
+            out.append((f"{reuse}[{with_it[0]}]", plans[with_it[0]], "adam"))
     rest = list(range(1, len(fr) - 1))
     rng = np.random.default_rng(seed + n)
-    for i in rng.permutation(rest)[:k_random]:
-        out.append((f"frontier[{int(i)}]", fr.plan(int(i))))
+    for k, i in enumerate(rng.permutation(rest)[:k_random]):
+        out.append((f"frontier[{int(i)}]", plans[int(i)], ("adam", "sgd")[k % 2]))
     return out, len(fr)
 
 
@@ -106,8 +117,7 @@ def check_model(name):
     graph = MODELS[name]()
     plans, npoints = plans_of(graph, args.random)
     res = {"frontier_points": npoints, "plans": []}
-    for k, (pname, plan) in enumerate(plans):
-        opt = ("adam", "sgd")[k % 2]
+    for pname, plan, opt in plans:
         lr = 1e-2 if opt == "adam" else 5e-2
         ref_losses, ref_params = reference_train(graph, args.steps, seed=3, optimizer=opt, lr=lr)
         t0 = time.perf_counter()
@@ -133,7 +143,8 @@ def check_model(name):
         wanted = {f"{p}:{k}": v for (p, k), v in want.items()}
         if got != wanted:
             raise AssertionError(f"{name} {pname} on {n} rank {be.rank}: ran {got}, the plan says {wanted}")
-        res["plans"].append({"plan": pname, "optimizer": opt, "losses": rep.losses, "reference": ref_losses,
+        res["plans"].append({"plan": pname, "optimizer": opt, "plan_optimizer": plan.optimizer,
+                             "reuse": sorted({e.reuse for e in plan.edges}), "losses": rep.losses, "reference": ref_losses,
                              "max_param_error": worst, "collectives": got, "seconds": seconds,
                              "time": [rep.time_predicted, rep.time_measured],
                              "memory": [rep.memory_predicted, rep.memory_measured],
