@@ -8,8 +8,9 @@ Steps:
 1. **Calibrate** this machine into ``WORKDIR/calibration.json``: the collectives with
    ``mpiexec -n RANKS python -m mpi4py -m tensoropt_py.cost.calibrate --max-log2 20``, then the
    operator compute of each model at its 4-device shard shapes with
-   ``python -m tensoropt_py.cost.calibrate --model NAME --devices RANKS --no-comm`` (merged into
-   the same file), and load ``Cluster.preset("cpu-1x4").with_calibration(...)``.
+   ``mpiexec -n RANKS python -m mpi4py -m tensoropt_py.cost.calibrate --model NAME --devices RANKS
+   --no-comm``, every rank timing each shard at the same moment and the slowest kept (merged into
+   the same file; ``--lone-compute``: one process), and load ``Cluster.preset("cpu-1x4").with_calibration(...)``.
 2. **Plans**: the frontier of each model on the calibrated cluster
    (:func:`tensoropt_py.api.frontier`), ``--plans`` points spread over it (one seeded random
    point per equal-count slice of the frontier, memory-ascending), each written as a plan JSON.
@@ -113,8 +114,11 @@ def calibrate(args, cal):
     if _sh(mpi + ["-m", "tensoropt_py.cost.calibrate", "--out", cal, "--max-log2", args.max_log2, "-q"], args.nice):
         raise SystemExit("collective calibration failed")
     for model in args.models:
-        if _sh([sys.executable, "-m", "tensoropt_py.cost.calibrate", "--model", model, "--devices", args.ranks,
-                "--out", cal, "--no-comm", "--cluster", "cpu-1x4"], args.nice):
+        # the operator shards are timed on all ranks at once (the load of a training step);
+        # --lone-compute times them in one process, as on a machine with a device per rank
+        launcher = [sys.executable] if args.lone_compute else mpi
+        if _sh(launcher + ["-m", "tensoropt_py.cost.calibrate", "--model", model, "--devices", args.ranks,
+                           "--out", cal, "--no-comm", "--cluster", "cpu-1x4"], args.nice):
             raise SystemExit(f"compute calibration of {model} failed")
 
 
@@ -278,6 +282,8 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=1,
                    help="OMP/MKL threads per process, calibration and ranks alike (default 1: 4 ranks share the "
                         "cores already; 0 leaves torch's default)")
+    p.add_argument("--lone-compute", action="store_true",
+                   help="time the operator shards in one process instead of on all ranks at once")
     p.add_argument("--json", default=None, help="write rows and summary here")
     args = p.parse_args(argv)
     args.models = [m for m in args.models.split(",") if m]

@@ -278,6 +278,49 @@ def test_compute_key_is_name_free_and_shape_driven():
         compute_key(lin[0], [(8, 64)], "float32")
 
 
+class _TwoRankComm:
+    """A stand-in communicator whose other rank is always three times slower (rank 0's view)."""
+
+    def __init__(self):
+        self.barriers = 0
+
+    def Barrier(self):
+        self.barriers += 1
+
+    def allgather(self, value):
+        return [value, 3 * value]
+
+    def Get_size(self):
+        return 2
+
+    def Get_rank(self):
+        return 0
+
+
+def test_calibrate_compute_on_several_ranks_keeps_the_slowest(monkeypatch):
+    import tensoropt_py.cost.calibrate as calibrate
+
+    monkeypatch.setattr(calibrate, "measure", lambda fn, repeats, warmup, sync: 0.25)
+    comm = _TwoRankComm()
+    table = calibrate_compute({"a": lambda: None, "b": lambda: None}, repeats=3, warmup=0, comm=comm)
+    lone = calibrate_compute({"a": lambda: None}, repeats=3, warmup=0)
+    assert comm.barriers == 2  # every entry starts on all ranks together
+    assert table.meta["concurrent_ranks"] == 2 and lone.meta["concurrent_ranks"] == 1
+    assert table.get("a") == table.get("b") == 0.75 and lone.get("a") == 0.25
+
+
+@needs_mpi
+@pytest.mark.mpi
+def test_compute_calibration_under_mpiexec_times_all_ranks_at_once(tmp_path):
+    out = tmp_path / "c.json"
+    res = _run_calibration(2, out, "--model", "mlp", "--devices", "2", "--no-comm", "--repeats", "1",
+                           "--warmup", "0", "--max-entries", "3")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.count("wrote 3 compute entries") == 1  # rank 0 prints and writes
+    comm, compute = load_calibration(out)
+    assert comm is None and len(compute) == 3 and compute.meta["concurrent_ranks"] == 2
+
+
 def test_calibrate_model_compute_feeds_cost_graph(tmp_path):
     pytest.importorskip("torch")
     from tensoropt_py.cost.builder import build_cost_graph

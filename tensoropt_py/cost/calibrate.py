@@ -38,6 +38,12 @@ needed for it::
 
     tensoropt-py calibrate --model mlp --devices 4 --out calib.json --no-comm
 
+Under ``mpiexec -n N`` every rank times every entry at the same moment and the slowest rank's
+time is kept (``comm=``): a training step runs all devices at once, so where ranks share
+cores or memory bandwidth (several processes on one CPU machine) only this reproduces it::
+
+    mpiexec -n 4 python -m mpi4py -m tensoropt_py.cost.calibrate --model mlp --devices 4 --no-comm
+
 Examples
 --------
 >>> partition_plans(4, [0, 0, 0, 0])
@@ -226,7 +232,8 @@ def _auto_sync():
     return None
 
 
-def calibrate_compute(entries, *, repeats: int = 10, warmup: int = 2, out=None, sync="auto", meta: Mapping | None = None) -> ComputeTable:
+def calibrate_compute(entries, *, repeats: int = 10, warmup: int = 2, out=None, sync="auto", meta: Mapping | None = None,
+                      comm=None) -> ComputeTable:
     """Time operators and return (and optionally write) a compute table.
 
     Parameters
@@ -243,6 +250,11 @@ def calibrate_compute(entries, *, repeats: int = 10, warmup: int = 2, out=None, 
         CUDA is initialised.
     meta : mapping, optional
         Extra metadata to record (device name, torch version...).
+    comm : mpi4py communicator, optional
+        Time every entry on all of its ranks at once (a barrier before each entry) and keep
+        the slowest rank's median: the load of a training step, where every device computes
+        at the same time, and where processes share cores or memory bandwidth this shows.
+        Every rank must call it; rank 0 writes ``out``.
 
     Examples
     --------
@@ -261,12 +273,16 @@ def calibrate_compute(entries, *, repeats: int = 10, warmup: int = 2, out=None, 
             raise InvalidInputError(f"compute entries must be (key, callable) pairs, got {item!r}") from None
         if not isinstance(key, str) or not callable(fn):
             raise InvalidInputError(f"compute entry needs a string key and a callable, got ({key!r}, {fn!r})")
-        times[key] = measure(fn, repeats=repeats, warmup=warmup, sync=sync)
+        if comm is not None:
+            comm.Barrier()
+        t = measure(fn, repeats=repeats, warmup=warmup, sync=sync)
+        times[key] = t if comm is None else max(comm.allgather(t))
     info = {"repeats": repeats, "warmup": warmup, "host": socket.gethostname(),
-            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "concurrent_ranks": 1 if comm is None else int(comm.Get_size())}
     info.update(meta or {})
     table = ComputeTable(times, info)
-    if out is not None:
+    if out is not None and (comm is None or comm.Get_rank() == 0):
         write_calibration(out, compute=table)
     return table
 
@@ -333,7 +349,7 @@ def _operator_runner(op, cfg, graph, dtype, device):
 
 def calibrate_model_compute(graph, cluster, devices, *, repeats: int = 5, warmup: int = 2, out=None,
                             max_entries: int | None = None, dtype=None, mixed_precision: bool = False,
-                            device=None, verbose: bool = False) -> ComputeTable:
+                            device=None, verbose: bool = False, comm=None) -> ComputeTable:
     """Measure the compute table of ``graph`` on ``devices`` devices of ``cluster``.
 
     Builds the cost graph (:func:`~tensoropt_py.cost.builder.build_cost_graph`), collects the
@@ -359,6 +375,9 @@ def calibrate_model_compute(graph, cluster, devices, *, repeats: int = 5, warmup
         As :func:`~tensoropt_py.cost.builder.build_cost_graph` (they select the keys).
     device : str or torch.device, optional
         Where to run; default ``"cuda"`` when available, else ``"cpu"``.
+    comm : mpi4py communicator, optional
+        Measure on all its ranks at once, as :func:`calibrate_compute` (the CLI does so when
+        run under ``mpiexec`` with several ranks).
 
     Returns
     -------
@@ -402,7 +421,7 @@ def calibrate_model_compute(graph, cluster, devices, *, repeats: int = 5, warmup
             "skipped_keys": dict(list(skipped.items())[:20])}
     if verbose:
         print(f"timing {len(runners)} operator shards of {g.name!r} on {device} ({len(skipped)} skipped)", flush=True)
-    return calibrate_compute(runners, repeats=repeats, warmup=warmup, out=out, sync=sync, meta=meta)
+    return calibrate_compute(runners, repeats=repeats, warmup=warmup, out=out, sync=sync, meta=meta, comm=comm)
 
 
 # --------------------------------------------------------------------------------------------
@@ -756,12 +775,13 @@ def main(argv=None) -> int:
         _main_comm(args)
     if args.model is not None:
         verbose = not args.quiet and _rank0()
-        if _rank0():
+        comm = _mpi_world()  # several ranks: all of them compute at once, as in training
+        if comm is not None or _rank0():
             from ..cluster import Cluster
 
             cl = Cluster.preset(args.cluster) if args.cluster else _default_cluster(args.devices)
             table = calibrate_model_compute(args.model, cl, args.devices, repeats=args.repeats, warmup=args.warmup,
-                                            out=args.out, max_entries=args.max_entries, verbose=verbose)
+                                            out=args.out, max_entries=args.max_entries, verbose=verbose, comm=comm)
             if verbose:
                 m = table.meta
                 print(f"wrote {m['entries']} compute entries ({args.model} on {args.devices} devices of {cl.name}, "
@@ -769,15 +789,29 @@ def main(argv=None) -> int:
     return 0
 
 
-def _rank0() -> bool:
-    """True outside MPI and on MPI rank 0 (without importing mpi4py when it is not loaded)."""
-    MPI = sys.modules.get("mpi4py.MPI")
-    if MPI is None:
-        return True
+#: Environment variables MPI launchers set on every rank (MPICH/Hydra, Open MPI, PMIx).
+_LAUNCHER_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK")
+
+
+def _mpi_world():
+    """COMM_WORLD when this process is one of several MPI ranks, else None.
+
+    ``python -m mpi4py`` does not import ``mpi4py.MPI`` by itself, so a launcher's
+    environment is what tells a rank apart from a plain process (which never initialises MPI).
+    """
+    if "mpi4py.MPI" not in sys.modules and not any(v in os.environ for v in _LAUNCHER_VARS):
+        return None
     try:
-        return MPI.COMM_WORLD.rank == 0
-    except Exception:  # noqa: BLE001
-        return True
+        from mpi4py import MPI
+    except ImportError:
+        return None
+    return MPI.COMM_WORLD if MPI.COMM_WORLD.Get_size() > 1 else None
+
+
+def _rank0() -> bool:
+    """True outside MPI and on MPI rank 0."""
+    world = _mpi_world()
+    return world is None or world.Get_rank() == 0
 
 
 def _main_comm(args):
