@@ -112,6 +112,25 @@ def _resolve_target(target):
     raise UnsupportedOperatorError(f"cannot execute opaque target {target!r}")
 
 
+def _attention_lse(q, k, mask, causal, scale):
+    """The attention's log-sum-exp output (per query row), outside autograd.
+
+    A side output the backward of fused attention keeps (TensorOpt's memory model counts it);
+    ``scaled_dot_product_attention`` keeps its own copy, so computing this one under autograd
+    would keep the whole score matrix a second time.
+    """
+    with torch.no_grad():
+        scale = scale or 1.0 / math.sqrt(q.shape[-1])
+        s = (q.float() @ k.float().transpose(-1, -2)) * scale
+        if causal:
+            Sq, Sk = s.shape[-2], s.shape[-1]
+            keep = torch.ones(Sq, Sk, dtype=torch.bool, device=s.device).tril(diagonal=Sk - Sq)
+            s = s.masked_fill(~keep, float("-inf"))
+        if mask is not None:
+            s = s.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else s + mask
+        return torch.logsumexp(s, dim=-1)
+
+
 def run_operator(
     op: Operator,
     inputs: Mapping[str, torch.Tensor],
@@ -169,15 +188,7 @@ def run_operator(
         p = a("dropout_p", 0.0) if training else 0.0
         out = F.scaled_dot_product_attention(q, kk, v, attn_mask=mask, dropout_p=p, is_causal=a("causal", False),
                                              scale=a("scale"))
-        scale = a("scale") or 1.0 / math.sqrt(q.shape[-1])
-        s = (q.float() @ kk.float().transpose(-1, -2)) * scale
-        if a("causal", False):
-            Sq, Sk = s.shape[-2], s.shape[-1]
-            keep = torch.ones(Sq, Sk, dtype=torch.bool, device=s.device).tril(diagonal=Sk - Sq)
-            s = s.masked_fill(~keep, float("-inf"))
-        if mask is not None:
-            s = s.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else s + mask
-        res = [out, torch.logsumexp(s, dim=-1)]
+        res = [out, _attention_lse(q, kk, mask, a("causal", False), a("scale"))]
     elif k is OpKind.CONV2D:
         b = prm[1] if a("bias") else None
         x = ins[0]
@@ -279,9 +290,17 @@ def run_operator(
         C = logits.shape[-1]
         flat_logits, flat_labels = logits.reshape(-1, C), labels.reshape(-1)
         if a("fn") == "cross_entropy":
-            loss = F.cross_entropy(flat_logits, flat_labels, reduction=a("reduction"), ignore_index=a("ignore_index"),
-                                   label_smoothing=a("label_smoothing", 0.0))
-            res = [loss, F.log_softmax(logits, -1)]
+            # one log-softmax serves the loss and the log-probability output, so autograd keeps
+            # one copy of it (the operator's saved tensors: labels and log-probabilities)
+            logp = F.log_softmax(logits, -1)
+            flat_logp = logp.reshape(-1, C)
+            if a("label_smoothing", 0.0):
+                # cross_entropy re-normalises its input: log_softmax(logp) == logp up to rounding
+                loss = F.cross_entropy(flat_logp, flat_labels, reduction=a("reduction"),
+                                       ignore_index=a("ignore_index"), label_smoothing=a("label_smoothing"))
+            else:
+                loss = F.nll_loss(flat_logp, flat_labels, reduction=a("reduction"), ignore_index=a("ignore_index"))
+            res = [loss, logp]
         else:
             res = [F.nll_loss(flat_logits, flat_labels, reduction=a("reduction"), ignore_index=a("ignore_index"))]
     elif k is OpKind.OPAQUE:
