@@ -16,6 +16,7 @@ import math
 import time as _time
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Literal, Sequence
 
 import numpy as np
@@ -46,6 +47,8 @@ def load_model(model, example_inputs=None):
         ``"package.module:factory"`` path whose factory returns a Graph or a
         ``(module, example_inputs)`` pair; a Graph; or a module (then
         ``example_inputs`` is required).
+    example_inputs : Tensor, tuple of Tensors or dict, optional
+        The module's example inputs (a dict: keyword inputs).
     """
     from .graph.ir import Graph
 
@@ -62,6 +65,8 @@ def load_model(model, example_inputs=None):
             raise InvalidInputError("a torch.nn.Module needs example_inputs (a tuple of tensors) to be traced")
         from .graph.torch_import import from_torch
 
+        if isinstance(example_inputs, Mapping):  # keyword inputs, e.g. {"input_ids": ..., "labels": ...}
+            return from_torch(model, dict(example_inputs))
         return from_torch(model, tuple(example_inputs) if isinstance(example_inputs, (list, tuple)) else (example_inputs,))
     raise InvalidInputError(
         f"model must be a zoo name, a Graph or a torch.nn.Module (with example_inputs); got {type(model).__name__}"

@@ -325,6 +325,17 @@ def test_load_model_forms():
     fr = to.frontier(graph, CLUSTER, devices=2)
     assert len(fr) >= 1
 
+    class Keyword(torch.nn.Module):  # a module called with keyword inputs, as HF models are
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 3)
+
+        def forward(self, features=None, labels=None):
+            return torch.nn.functional.cross_entropy(self.lin(features), labels)
+
+    kw = api.load_model(Keyword(), {"labels": torch.tensor([0, 2, 1, 1]), "features": torch.randn(4, 8)})
+    assert {t for t in kw.tensors if kw.tensors[t].role.value == "input"} == {"features", "labels"}
+
 
 # --- refine="mcmc" -------------------------------------------------------------------------------
 def test_refine_mcmc_is_reproducible_and_keeps_additive_time(fr_mlp):

@@ -38,8 +38,11 @@ def mpirun(n, *args, timeout=240):
     return subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
 
 
-# models and checks per world size (kept small: see the module docstring)
-SUITE = {1: ("mlp,transformer,cnn", 1), 2: ("mlp,transformer,cnn", 2), 4: ("mlp,transformer,cnn", 2)}
+# models and checks per world size (kept small: see the module docstring); a tiny HF GPT-2
+# imported with from_torch where transformers is installed
+HAVE_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
+MODELS = "mlp,transformer,cnn" + (",gpt2" if HAVE_TRANSFORMERS else "")
+SUITE = {1: (MODELS, 1), 2: (MODELS, 2), 4: (MODELS, 2)}
 
 
 @pytest.fixture(scope="module", params=sorted(SUITE))
@@ -63,7 +66,9 @@ def test_every_layout_pair_reschedules_exactly(suite):
         assert {"slice", "all_gather", "all_reduce", "reduce_scatter", "all_to_all"} <= set(res["kinds"])
 
 
-@pytest.mark.parametrize("model", ["mlp", "transformer", "cnn"])
+@pytest.mark.parametrize("model", ["mlp", "transformer", "cnn",
+                                   pytest.param("gpt2", marks=pytest.mark.skipif(not HAVE_TRANSFORMERS,
+                                                                                 reason="needs transformers"))])
 def test_plans_train_like_single_process_torch(suite, model):
     n, s = suite
     plans = s["models"][model]["plans"]
@@ -125,6 +130,27 @@ def test_cli_run_writes_report_on_rank_0(tmp_path):
 
     ref, _ = reference_train(mlp(), 3, seed=5, optimizer="sgd", lr=0.1)
     np.testing.assert_allclose(d["losses"], ref, rtol=1e-4)
+
+
+@pytest.mark.skipif(not HAVE_TRANSFORMERS, reason="needs transformers")
+def test_cli_runs_a_module_factory(tmp_path):
+    # --model package.module:factory returning (torch.nn.Module, example_inputs): imported with
+    # from_torch on every rank, the same graph the plan was made for
+    import tensoropt_py as to
+    from tensoropt_py.api import load_model
+    from tensoropt_py.exec.runner import reference_train
+
+    sys.path.insert(0, str(MPI_DIR))
+    graph = load_model("exec_models:gpt2_module")
+    fr = to.frontier(graph, "cpu-1x4", devices=2)
+    plan = tmp_path / "plan.json"
+    fr.plan(len(fr) // 2).to_json(plan)
+    report = tmp_path / "report.json"
+    r = mpirun(2, "-m", "tensoropt_py", "run", plan, "--model", "exec_models:gpt2_module", "--steps", "2",
+               "--optimizer", "sgd", "--lr", "0.1", "--report", report)
+    assert r.returncode == 0, r.stderr[-4000:]
+    ref, _ = reference_train(graph, 2, seed=0, optimizer="sgd", lr=0.1)
+    np.testing.assert_allclose(json.loads(report.read_text())["losses"], ref, rtol=1e-4)
 
 
 def test_a_failing_rank_aborts_the_whole_job(tmp_path):

@@ -146,3 +146,31 @@ def test_hf_oracle(arch):
     loss, logits = out[g.outputs[0]], out[g.outputs[1]]
     assert torch.allclose(logits, ref.logits, atol=1e-5)
     assert torch.allclose(loss, ref.loss, atol=1e-6)
+
+
+class _CE(torch.nn.Module):
+    def __init__(self, reduction="mean", smoothing=0.0):
+        super().__init__()
+        self.fc = torch.nn.Linear(6, 5)
+        self.reduction, self.smoothing = reduction, smoothing
+
+    def forward(self, x, y):
+        return torch.nn.functional.cross_entropy(self.fc(x), y, reduction=self.reduction,
+                                                 label_smoothing=self.smoothing)
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.2])
+def test_mean_loss_is_a_sum_over_the_counted_labels(smoothing):
+    torch.manual_seed(0)
+    m = _CE(smoothing=smoothing).eval()
+    x, y = torch.randn(8, 6), torch.randint(0, 5, (8,))
+    y[[1, 2, 6]] = -100  # ignored: torch divides by the 5 counted labels
+    g, values = from_torch_with_state(m, (x, y))
+    loss_ops = [op for op in g if op.kind is OpKind.LOSS]
+    assert len(loss_ops) == 1 and loss_ops[0].attr("reduction") == "sum"
+    assert g.operators[-1].kind is OpKind.BINARY and g.operators[-1].attr("fn") == "div"
+    out = run_graph(g, {"x": x, "y": y}, values)
+    assert torch.allclose(out[g.outputs[0]], m(x, y), atol=1e-6)
+    # a sum loss needs no count
+    g2 = from_torch(_CE(reduction="sum"), (x, y))
+    assert g2.operators[-1].kind is OpKind.LOSS and g2.kinds()["loss"] == 1

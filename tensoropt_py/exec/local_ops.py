@@ -10,11 +10,17 @@ shape-carrying attributes adjusted, plus the corrections that keep partial sums 
 * a bias added to a *partial* output (linear / conv split over their reduction dimension)
   is added by the devices at coordinate 0 of the partial axes only;
 * a ``mean`` loss or reduction over split dimensions is scaled by local / global count, so
-  that the partial results sum to the global mean;
+  that the partial results sum to the global mean (a split ``mean`` loss whose local labels
+  contain ``ignore_index`` raises :class:`~tensoropt_py.errors.TensorOptError` when it runs:
+  torch divides by the number of counted labels, which no shard knows; ``from_torch``
+  imports such losses as a ``sum`` divided by a count computed in the graph);
 * an embedding split over the vocabulary looks up only the ids in its slice (zeros
   elsewhere: Megatron's vocab-parallel embedding);
 * causal attention split over query positions gets an explicit mask offset by the block's
-  first position.
+  first position;
+* attention split over the value features ``e`` computes the full log-sum-exp of the scores
+  (which does not depend on ``e``) on every device, while its layout is partial over that
+  axis: the devices at coordinate 0 of the partial axes keep it, the others hold zeros.
 
 Unsupported (raises :class:`UnsupportedConfigError`, a ``NotImplementedError``, naming the
 operator and the configuration): a convolution or pooling split over output rows/columns
@@ -57,7 +63,7 @@ class LocalOp:
     """An operator ready to run on local shards (see the module docstring)."""
 
     def __init__(self, op: Operator, local_op: Operator, out_shapes, *, bias_mask=None, bias_name=None,
-                 scale=None, vocab=None, causal_q0=None):
+                 scale=None, vocab=None, causal_q0=None, aux_keep=None, ignore_check=None):
         self.op = op
         self.local_op = local_op
         self.out_shapes = out_shapes
@@ -66,12 +72,16 @@ class LocalOp:
         self.scale = scale
         self.vocab = vocab  # (v0, v_local) of a vocab-split embedding
         self.causal_q0 = causal_q0
+        self.aux_keep = aux_keep or {}  # auxiliary output -> 1.0 | 0.0 (a partial replica's share)
+        self.ignore_check = ignore_check  # (labels tensor, ignore_index) of a split mean loss
 
     def run(self, inputs: dict, params: dict) -> dict:
         op = self.local_op
         params = dict(params)
         if self.bias_mask is not None and self.bias_name in params:
             params[self.bias_name] = params[self.bias_name] * self.bias_mask
+        if self.ignore_check is not None:
+            self._check_no_ignored(inputs)
         if self.vocab is not None:
             outs = self._embedding(inputs, params)
         elif self.causal_q0 is not None:
@@ -81,11 +91,21 @@ class LocalOp:
         if self.scale is not None:
             first = op.outputs[0].tensor
             outs[first] = outs[first] * self.scale
+        for name, keep in self.aux_keep.items():
+            outs[name] = outs[name] * keep
         for name, want in self.out_shapes.items():
             got = tuple(outs[name].shape)
             if got != want:
                 raise TensorOptError(f"operator {op.name!r} produced a local {name!r} of shape {got}, expected {want}")
         return outs
+
+    def _check_no_ignored(self, inputs):
+        labels, ignore = self.ignore_check
+        if bool((inputs[labels] == ignore).any()):
+            raise TensorOptError(
+                f"operator {self.op.name!r} (loss, reduction='mean') is split over samples and its labels contain "
+                f"ignore_index={ignore}: the mean divides by the global number of counted labels, which a local "
+                f"shard does not know (import the loss as a sum divided by a count, as from_torch does)")
 
     def _embedding(self, inputs, params):
         op = self.local_op
@@ -187,6 +207,7 @@ def prepare(op: Operator, cfg, graph, rank: int) -> LocalOp:
         loc = math.prod(local_shape(lay[lab], shapes[lab]))
         if loc != full:
             kw["scale"] = loc / full
+            kw["ignore_check"] = (op.inputs[lab].tensor, a("ignore_index"))
     if kind is OpKind.REDUCE and a("fn") == "mean":
         rd = a("dims")
         x_local = local_shape(lay[0], shapes[0])
@@ -200,6 +221,9 @@ def prepare(op: Operator, cfg, graph, rank: int) -> LocalOp:
         v0, v1 = wreg[0]
         if v1 - v0 != shapes[wi][0]:
             kw["vocab"] = (v0, v1 - v0)
+    if kind is OpKind.ATTENTION and len(op.outputs) > 1 and lay[nin + npar + 1].is_partial:
+        idx, _ = place_coordinate(lay[nin + npar + 1], rank, PARTIAL)
+        kw["aux_keep"] = {op.outputs[1].tensor: 1.0 if idx == 0 else 0.0}
     if kind is OpKind.ATTENTION and a("causal"):
         qreg = region(lay[0], shapes[0], rank)
         q0, q1 = qreg[-2]

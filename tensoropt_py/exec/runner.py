@@ -77,16 +77,31 @@ OPTIMIZERS = ("sgd", "momentum", "adam")
 # ----------------------------------------------------------------------------------------------
 # data, reference
 # ----------------------------------------------------------------------------------------------
+#: Operators that move integer values without changing them (followed to find their range).
+_MOVES_VALUES = (OpKind.RESHAPE, OpKind.TRANSPOSE, OpKind.CONCAT, OpKind.SPLIT, OpKind.OPAQUE)
+
+
 def _int_high(graph: Graph, tensor: str) -> int:
-    """Exclusive upper bound of synthetic integer data for ``tensor`` (vocabulary / classes)."""
-    for op in graph.operators:
-        for use in op.inputs:
-            if use.tensor != tensor:
-                continue
-            if op.kind is OpKind.EMBEDDING:
-                return graph.tensors[op.params[-1].tensor].shape[0]
-            if op.kind is OpKind.LOSS and use is op.inputs[1]:
-                return graph.tensors[op.inputs[0].tensor].shape[-1]
+    """Exclusive upper bound of synthetic integer data for ``tensor`` (vocabulary / classes).
+
+    The ids an EMBEDDING looks up or the labels of a LOSS, followed through operators that only
+    move values (reshape, slice, pad...: a causal LM shifts its labels before the loss).
+    """
+    todo, seen = [tensor], set()
+    while todo:
+        t = todo.pop()
+        seen.add(t)
+        for op in graph.operators:
+            for i, use in enumerate(op.inputs):
+                if use.tensor != t:
+                    continue
+                if op.kind is OpKind.EMBEDDING:
+                    return graph.tensors[op.params[-1].tensor].shape[0]
+                if op.kind is OpKind.LOSS and i == 1:
+                    return graph.tensors[op.inputs[0].tensor].shape[-1]
+                if op.kind in _MOVES_VALUES:
+                    todo.extend(u.tensor for u in op.outputs if u.tensor not in seen
+                                and graph.tensors[u.tensor].dtype.startswith(("int", "uint")))
     return 2
 
 

@@ -19,6 +19,12 @@ it, and one that reads a parameter raises :class:`~tensoropt_py.errors.Unsupport
 OPAQUE operators keep the aten target and arguments in ``attrs`` so
 :func:`~tensoropt_py.graph.torch_ops.run_graph` can execute them.
 
+A ``reduction="mean"`` cross-entropy / NLL loss divides by the number of labels that are not
+``ignore_index`` (data-dependent: causal LMs ignore the last position of every sequence). It
+is imported as a ``sum`` LOSS divided by that count, computed in the graph (an OPAQUE
+``aten.ne.Scalar`` on the labels, a cast and a REDUCE ``sum``), so that every split of the
+loss stays exact.
+
 Examples
 --------
 >>> import torch
@@ -31,6 +37,7 @@ Examples
 
 from __future__ import annotations
 
+import math
 import operator
 import warnings
 from collections.abc import Mapping
@@ -287,6 +294,32 @@ class _Importer:
                                name=node.name)
         return names if isinstance(val, (tuple, list)) else names[0]
 
+    def mean_loss(self, logits, labels, fn, ignore_index, label_smoothing, nm):
+        """torch's ``reduction="mean"`` loss as ``sum / (number of labels != ignore_index)``.
+
+        torch divides by the number of labels that are not ``ignore_index``, which depends on
+        the data: a LOSS operator split over samples cannot know it from its local labels.
+        Written as a ``sum`` loss divided by a count computed in the graph, every split stays
+        exact (both are partial sums until the division). The count is an OPAQUE
+        ``aten.ne.Scalar`` (replicated), a cast to float32 and a REDUCE ``sum``.
+
+        Returns
+        -------
+        (str, str)
+            The scalar loss and the scalar count (the ``total_weight`` of ``nll_loss_forward``).
+        """
+        gb = self.gb
+        ys = gb.shape(labels)
+        total = gb.loss(logits, labels, fn=fn, reduction="sum", ignore_index=ignore_index,
+                        label_smoothing=label_smoothing, name=f"{nm}_sum")
+        (valid,) = gb.opaque([labels], [("out0", ys, "bool")], flops=float(math.prod(ys)), backward_flops=0.0,
+                             attrs=(("target", "aten.ne.Scalar"), ("args", (("__tensor__", labels), int(ignore_index))),
+                                    ("kwargs", ()), ("static", self.is_static_t(labels))),
+                             name=f"{nm}_valid")
+        count = gb.reduce(gb.unary(valid, "cast", dtype="float32", name=f"{nm}_valid_f32"),
+                          list(range(len(ys))), "sum", name=f"{nm}_count")
+        return gb.binary(total, count, "div", name=nm), count
+
     def shape_of(self, val):
         return tuple(int(s) for s in val.shape)
 
@@ -494,10 +527,13 @@ class _Importer:
             if len(ls) > 2 and ls[:1] + ls[2:] == ys and len(ls) != len(ys) + 1:
                 return None  # [N, C, d...] layout
             if len(ls) == len(ys) + 1 and ls[:-1] == ys:
-                out = gb.loss(logits, labels, fn="cross_entropy" if op == "cross_entropy_loss" else "nll",
-                              reduction="mean" if reduction == 1 else "sum", ignore_index=ignore,
-                              label_smoothing=smoothing, name=nm)
-                return out if op != "nll_loss_forward" else (out, out)
+                fn = "cross_entropy" if op == "cross_entropy_loss" else "nll"
+                if reduction == 2:
+                    out = gb.loss(logits, labels, fn=fn, reduction="sum", ignore_index=ignore,
+                                  label_smoothing=smoothing, name=nm)
+                    return out if op != "nll_loss_forward" else (out, out)
+                out, count = self.mean_loss(logits, labels, fn, ignore, smoothing, nm)
+                return out if op != "nll_loss_forward" else (out, count)
             return None
         if op == "cat":
             xs = [T(a) for a in A[0]]
