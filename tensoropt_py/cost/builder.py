@@ -26,7 +26,15 @@ operator's ``saved``.
   such consumer edge has 2 options ``("both", "producer_copy")``: its own copy, or
   re-derive it from the producer's copy
   (one option of memory 0 when ``A == B_in``).
-* otherwise every keeper pays its own copy on its node.
+* ``P`` does not keep ``t`` but several consumers keep it: consumers reading ``t`` in ``P``'s
+  layout ``A`` (no rescheduling) share one storage, so ``P``'s node pays that copy once (for
+  the configurations whose ``A`` has no partial sums) and each keeper edge has the same 2
+  options as above with memory 0 when ``B_in == A``.
+* otherwise (one keeper) the keeper pays its own copy on its node.
+
+The third rule is exact when at least one keeper reads ``A`` or re-derives from it; when
+every keeper holds a rescheduled copy of its own, the shared copy is charged without being
+held (one local shard too many).
 
 :meth:`ModelCostGraph.decode` gives each single-copy edge its ``rederive`` path, and the
 executor runs it in backward (:mod:`tensoropt_py.exec.runner`).
@@ -108,7 +116,7 @@ class EdgeInfo:
     src_layouts: tuple[Layout, ...]  # producer output layout classes
     dst_layouts: tuple[Layout, ...]  # consumer input layout classes (forward)
     dst_grad_layouts: tuple[Layout, ...]  # consumer input-gradient layout per class
-    reuse: str  # "none" | "pair" | "multi"
+    reuse: str  # "none" | "pair" | "multi" | "shared"
     backward: bool
 
 
@@ -256,11 +264,19 @@ def _fill_option_table(table, mode, fwd, bwd, back, spec, itemsize, src_cls, dB,
     zero = np.zeros_like(base)
     if mode == "none":
         table[:, :, 0, 0], table[:, :, 0, 1] = zero, base
-    elif mode == "multi":
+    elif mode in ("multi", "shared"):
+        no_source = np.zeros(fwd.shape, dtype=bool)  # no copy of the producer's to share or re-derive from
+        if mode == "shared":  # the shared copy is the producer's output itself, held when not partial
+            same = np.zeros(fwd.shape, dtype=bool)
+            for a, A in enumerate(src_cls):
+                if A.is_partial:
+                    no_source[a, :] = True
+                else:
+                    same[a, bpos.get(A, [])] = True
         table[:, :, 0, 0] = np.where(same, 0.0, bmem + zero)
         table[:, :, 0, 1] = base
-        table[:, :, 1, 0] = np.where(same, np.inf, 0.0)
-        table[:, :, 1, 1] = np.where(same, np.inf, base + fwd)
+        table[:, :, 1, 0] = np.where(same | no_source, np.inf, 0.0)
+        table[:, :, 1, 1] = np.where(same | no_source, np.inf, base + fwd)
     else:
         table[:, :, 0, 0] = np.where(same, amem + zero, amem + bmem)
         table[:, :, 0, 1] = base
@@ -371,14 +387,15 @@ def _config_signature(op):
     return (op.kind is OpKind.INPUT, loops, (len(op.inputs), len(op.params), len(op.outputs)), uses), slot
 
 
-def _node_signature(op, csig, slot, tensors, exclude, readers):
+def _node_signature(op, csig, slot, tensors, exclude, hold, readers):
     """Everything an operator's costs, layouts and pruning depend on (names replaced by positions)."""
     specs = tuple((k, tensors[t].shape, tensors[t].dtype, tensors[t].role, readers.get(t, 1))
                   for t, k in slot.items())
     saved = tuple(slot[t] for t in op.saved)
     excl = tuple(sorted(slot[t] for t in exclude))
+    held = tuple(sorted(slot[t] for t in hold))
     # The kind and attributes matter once measured compute tables key costs by them.
-    return (csig, op_work_kind(op), specs, op.flops, op.backward_flops, saved, excl)
+    return (csig, op_work_kind(op), specs, op.flops, op.backward_flops, saved, excl, held)
 
 
 def _build_fast(graph, n, valid, mesh_tf, max_configs, coster, rescheduler):
@@ -404,17 +421,18 @@ def _build_fast(graph, n, valid, mesh_tf, max_configs, coster, rescheduler):
                                 f"valid counts: {', '.join(map(str, valid))}")
 
     # 2. edges and tensor-reuse roles
-    edge_list, edge_reuse, exclude = _edges_and_reuse(graph, ops)
+    edge_list, edge_reuse, exclude, hold = _edges_and_reuse(graph, ops)
 
     # 3. node costs and dominance pruning (one per node signature)
     node_cache: dict = {}
     node_sig_ids, kept_configs, node_costs, kept_layouts = [], [], [], []
     for i, op in enumerate(ops):
-        nsig = _node_signature(op, csigs[i], slots[i], tensors, exclude[op.name], readers)
+        nsig = _node_signature(op, csigs[i], slots[i], tensors, exclude[op.name], hold[op.name], readers)
         hit = node_cache.get(nsig)
         if hit is None:
             cfgs = configs[i]
-            oc = coster.costs(op, tensors, cfgs, exclude_saved=exclude[op.name], readers=readers)
+            oc = coster.costs(op, tensors, cfgs, exclude_saved=exclude[op.name], hold_outputs=hold[op.name],
+                              readers=readers)
             outs, ins, grads = _layouts_of(op, cfgs)
             arr = np.stack([oc.memory, oc.time, oc.compute_time, oc.comm_time], axis=1)
             keep = _prune(arr, list(zip(*(outs + ins + grads))) if outs + ins + grads else [()] * len(cfgs),
@@ -468,7 +486,8 @@ def _build_fast(graph, n, valid, mesh_tf, max_configs, coster, rescheduler):
 
 
 def _edges_and_reuse(graph, ops):
-    """Graph edges ``(producer, consumer, tensor, use_index, first)``, their reuse modes, excluded saved tensors."""
+    """Graph edges ``(producer, consumer, tensor, use_index, first)``, their reuse modes, the saved
+    tensors each node leaves to its edges (``exclude``) and the outputs it holds for them (``hold``)."""
     edge_list = []
     for op in ops:
         seen = set()
@@ -480,19 +499,24 @@ def _edges_and_reuse(graph, ops):
         if first and t in graph.operator(c).saved:
             keepers.setdefault(t, []).append(c)
     exclude = {op.name: set() for op in ops}
+    hold = {op.name: set() for op in ops}
     edge_reuse = []
     for p, c, t, ui, first in edge_list:
         prod_keeps = t in graph.operator(p).saved
         cons_keeps = first and t in graph.operator(c).saved
-        if prod_keeps and cons_keeps:
+        if cons_keeps and prod_keeps:
             mode = "pair" if len(keepers[t]) == 1 else "multi"
-            exclude[c].add(t)
-            if mode == "pair":
-                exclude[p].add(t)
+        elif cons_keeps and len(keepers[t]) > 1:
+            mode = "shared"
+            hold[p].add(t)
         else:
             mode = "none"
+        if mode != "none":
+            exclude[c].add(t)
+        if mode == "pair":
+            exclude[p].add(t)
         edge_reuse.append(mode)
-    return edge_list, edge_reuse, exclude
+    return edge_list, edge_reuse, exclude, hold
 
 
 def _layouts_of(op, cfgs):
@@ -537,7 +561,7 @@ class _EdgePlan:
         spec, mode = self.spec, self.mode
         itemsize = DTYPE_BYTES[spec.dtype]
         src_cls, dB, Ars = self.src_cls, self.dst_b, self.Ars
-        R = {"none": 1, "multi": 2, "pair": 3}[mode]
+        R = {"none": 1, "multi": 2, "shared": 2, "pair": 3}[mode]
         table = np.full((len(src_cls), len(dB), R, 2), np.inf)
         fwd = mats[0]
         bwd = np.zeros_like(fwd)
@@ -567,7 +591,7 @@ def _build_reference(graph, n, valid, mesh_tf, max_configs, coster, rescheduler)
                                 f"valid counts: {', '.join(map(str, valid))}")
 
     # 2. edges and tensor-reuse roles
-    edge_list, edge_reuse, exclude = _edges_and_reuse(graph, ops)
+    edge_list, edge_reuse, exclude, hold = _edges_and_reuse(graph, ops)
 
     # 3. node costs and dominance pruning
     def layouts_of(op, cfgs):
@@ -580,7 +604,8 @@ def _build_reference(graph, n, valid, mesh_tf, max_configs, coster, rescheduler)
     node_costs, kept_layouts = [], []
     for i, op in enumerate(ops):
         cfgs = configs[i]
-        oc = coster.costs(op, tensors, cfgs, exclude_saved=exclude[op.name], readers=readers)
+        oc = coster.costs(op, tensors, cfgs, exclude_saved=exclude[op.name], hold_outputs=hold[op.name],
+                          readers=readers)
         outs, ins, grads = layouts_of(op, cfgs)
         arr = np.stack([oc.memory, oc.time, oc.compute_time, oc.comm_time], axis=1)
         keep = _prune(arr, [tuple(L[k] for L in outs + ins + grads) for k in range(len(cfgs))], max_configs)
@@ -602,7 +627,7 @@ def _build_reference(graph, n, valid, mesh_tf, max_configs, coster, rescheduler)
         spec = tensors[t]
         backward = pop.kind is not OpKind.INPUT and spec.dtype in _FLOAT
         itemsize = DTYPE_BYTES[spec.dtype]
-        R = {"none": 1, "multi": 2, "pair": 3}[mode]
+        R = {"none": 1, "multi": 2, "shared": 2, "pair": 3}[mode]
         table = np.full((len(src_cls), len(dst_cls), R, 2), np.inf)
         dB = [B for B, _ in dst_cls]
         Ars = [A.without_partial() for A in src_cls]

@@ -233,7 +233,7 @@ class OperatorCoster:
             t = self._ar[key] = float(self.comm.collective_time("all_reduce", nbytes, fine_groups(sizes, axes)))
         return t
 
-    def costs(self, op: Operator, tensors, configs, *, exclude_saved=(), readers=None) -> OperatorCosts:
+    def costs(self, op: Operator, tensors, configs, *, exclude_saved=(), hold_outputs=(), readers=None) -> OperatorCosts:
         """Costs of ``op`` under each of ``configs``.
 
         Parameters
@@ -243,6 +243,11 @@ class OperatorCoster:
         configs : sequence of OpConfig
         exclude_saved : iterable of str
             Saved tensors whose memory is accounted elsewhere (edges).
+        hold_outputs : iterable of str
+            Outputs the operator does not save but whose local shard it is charged for
+            because several consumers save them and share the copy (see
+            :mod:`tensoropt_py.cost.builder`, "Tensor reuse"); nothing is charged under a
+            configuration leaving the output as partial sums (no consumer reads that copy).
         readers : mapping parameter name -> int, optional
             How many operators read each parameter (shared weights: RNN cells of every
             time step, tied embeddings). A shared parameter's state is held once and its
@@ -311,6 +316,12 @@ class OperatorCoster:
             if name in exclude or name in param_names:
                 continue
             saved_mem += local_bytes[name]
+        for use in op.outputs:
+            if use.tensor in hold_outputs:
+                indexed = {index[n] for n in use.loop_dims()}
+                unindexed = [d for d in range(len(op.loop_dims)) if d not in indexed]
+                partial = np.any(splits[:, unindexed] > 1, axis=1) if unindexed else np.zeros(K, dtype=bool)
+                saved_mem += np.where(partial, 0.0, local_bytes[use.tensor])
         memory = param_mem + saved_mem
         return OperatorCosts(memory=memory, time=compute_time + comm_time, compute_time=compute_time,
                              comm_time=comm_time, param_memory=param_mem, saved_memory=saved_mem)
