@@ -324,8 +324,9 @@ def test_compute_calibration_under_mpiexec_times_all_ranks_at_once(tmp_path):
 def test_calibrate_model_compute_feeds_cost_graph(tmp_path):
     pytest.importorskip("torch")
     from tensoropt_py.cost.builder import build_cost_graph
-    from tensoropt_py.cost.calibrate import calibrate_model_compute, model_compute_entries
-    from tensoropt_py.cost.operator_cost import compute_dtype, config_compute_keys
+    from tensoropt_py.cost.calibrate import calibrate_model_compute, model_compute_entries, model_update_entries
+    from tensoropt_py.cost.operator_cost import compute_dtype, config_compute_keys, local_shapes
+    from tensoropt_py.cost.optimizer import update_key
     from tensoropt_py.graph import zoo
 
     out = tmp_path / "t.json"
@@ -333,8 +334,10 @@ def test_calibrate_model_compute_feeds_cost_graph(tmp_path):
     cl = Cluster.preset("cpu-1x4")
     table = calibrate_model_compute(g, cl, 4, repeats=2, warmup=1, out=out, device="cpu")
     entries, _ = model_compute_entries(g, cl, 4)
+    updates = model_update_entries(g, cl, 4, optimizer="adam")
     assert table.meta["entries"] == len(table) and table.meta["skipped"] == 0
-    assert {k for k, _ in table.items()} == set(entries) and len(entries) > 0
+    assert {k for k, _ in table.items()} == set(entries) | set(updates) and len(entries) > 0
+    assert all(k.startswith("optimizer_update|adam|") for k in updates) and len(updates) > 0
     assert all(math.isfinite(t) and t > 0 for _, t in table.items())
 
     base = build_cost_graph(g, cl, 4)
@@ -348,7 +351,10 @@ def test_calibrate_model_compute_feeds_cost_graph(tmp_path):
         keys = config_compute_keys(op, mcg.graph.tensors, mcg.configs[i], compute_dtype(op, mcg.graph.tensors))
         costs = np.asarray(mcg.node_costs[i])
         for k, key in enumerate(keys):
-            assert costs[k, 2] == table.get(key)  # compute time = the measured entry
+            # compute time = the measured entry + the measured updates of the parameter shards
+            shapes = local_shapes(op, mcg.graph.tensors, mcg.configs[i][k])[len(op.inputs):len(op.inputs) + len(op.params)]
+            upd = sum(table.get(update_key("adam", shp, "float32")) for shp in shapes)
+            assert costs[k, 2] == pytest.approx(table.get(key) + upd, rel=1e-12)
             checked += 1
         # roofline for the same configurations (pruning may keep different ones)
         if mcg.configs[i] == base.configs[i]:
@@ -367,7 +373,7 @@ def test_calibrate_model_compute_feeds_cost_graph(tmp_path):
     assert main(["--model", "mlp", "--devices", "4", "--out", str(cli_out), "--no-comm", "--repeats", "1",
                  "--warmup", "0", "-q"]) == 0
     comm, compute = load_calibration(cli_out)
-    assert comm is None and {k for k, _ in compute.items()} == set(entries)
+    assert comm is None and {k for k, _ in compute.items()} == set(entries) | set(updates)
     with pytest.raises(InvalidInputError, match="--devices"):
         main(["--model", "mlp", "--no-comm"])
     with pytest.raises(InvalidInputError, match="--no-comm"):

@@ -6,7 +6,7 @@ from tensoropt_py.cluster import Cluster
 from tensoropt_py.cost.comm import CommModel
 from tensoropt_py.cost.compute import ComputeModel
 from tensoropt_py.cost.operator_cost import OperatorCoster
-from tensoropt_py.cost.optimizer import state_bytes_per_param
+from tensoropt_py.cost.optimizer import state_bytes_per_param, update_work
 from tensoropt_py.errors import InvalidInputError
 from tensoropt_py.graph.ir import DimKind, LoopDim, Operator, OpKind, TensorRole, TensorSpec, TensorUse
 from tensoropt_py.space.configs import enumerate_configs
@@ -35,7 +35,9 @@ def test_costs_by_hand(opt, per):
     assert c.memory[i] == K * N / 8 * per + B * K * 4
     assert c.comm_time[i] == 0
     moved = (B * K + K * N / 8 + B * N / 8) * 4
-    assert c.compute_time[i] == pytest.approx(cm.time(2 * B * K * N / 8, moved) + cm.time(4 * B * K * N / 8, 2 * moved))
+    uf, ub = update_work(opt)  # the optimizer update of the local weight shard
+    assert c.compute_time[i] == pytest.approx(cm.time(2 * B * K * N / 8, moved) + cm.time(4 * B * K * N / 8, 2 * moved)
+                                              + cm.time(uf * K * N / 8, ub * K * N / 8))
     # mesh [2,4]: batch over the first axis (devices 0-3 vs 4-7), n over the second: all-reduce w over b's groups
     i = by_str(cfgs, "mesh[2,4] map[0,-1,1]")
     assert c.comm_time[i] == pytest.approx(
@@ -44,7 +46,8 @@ def test_costs_by_hand(opt, per):
     i = by_str(cfgs, "mesh[2,4] map[0,-1,-1]")
     assert c.comm_time[i] == pytest.approx(comm.collective_time("all_reduce", K * N * 4, ((0, 4), (1, 5), (2, 6), (3, 7))))
     assert c.compute_time[i] == pytest.approx(cm.time(2 * B * K * N / 2, (B * K / 2 + K * N + B * N / 2) * 4)
-                                              + cm.time(4 * B * K * N / 2, 2 * (B * K / 2 + K * N + B * N / 2) * 4))
+                                              + cm.time(4 * B * K * N / 2, 2 * (B * K / 2 + K * N + B * N / 2) * 4)
+                                              + cm.time(uf * K * N, ub * K * N))
     assert state_bytes_per_param(opt) == per
 
 

@@ -309,6 +309,45 @@ def model_compute_entries(graph, cluster, devices, *, dtype=None, mixed_precisio
     return entries, g
 
 
+def model_update_entries(graph, cluster, devices, *, optimizer="adam", dtype=None, mixed_precision=False):
+    """Distinct optimizer-update keys of a model's kept configurations: ``{key: (shape, dtype)}``.
+
+    One entry per local parameter shard shape (:func:`~tensoropt_py.cost.optimizer.update_key`).
+    """
+    from ..graph.ir import TensorRole
+    from .builder import build_cost_graph
+    from .optimizer import update_key
+
+    mcg = build_cost_graph(graph, cluster, devices, dtype=dtype, mixed_precision=mixed_precision, optimizer=optimizer)
+    g = mcg.graph
+    entries: dict = {}
+    for op, cfgs in zip(g.operators, mcg.configs):
+        for pi, use in enumerate(op.params):
+            spec = g.tensors[use.tensor]
+            if spec.role is not TensorRole.PARAMETER:
+                continue
+            for cfg in cfgs:
+                f = cfg.layout(op, len(op.inputs) + pi).split_factors(len(spec.shape))
+                shape = tuple(n // d for n, d in zip(spec.shape, f))
+                entries.setdefault(update_key(optimizer, shape, spec.dtype), (shape, spec.dtype))
+    return entries
+
+
+def _update_runner(optimizer, shape, dtype, device):
+    """A no-argument callable running one optimizer step on a parameter shard of ``shape``."""
+    import torch
+
+    from ..exec.runner import make_optimizer
+    from ..graph.torch_ops import torch_dtype
+
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    p = (torch.randn(shape, generator=gen) * 0.1).to(device=device, dtype=torch_dtype(dtype)).requires_grad_(True)
+    p.grad = torch.randn(shape, generator=gen).to(device=device, dtype=p.dtype) * 1e-3
+    opt = make_optimizer(optimizer, [p], 1e-3)
+    opt.step()  # creates the state: the timed steps are steady-state updates
+    return opt.step
+
+
 def _operator_runner(op, cfg, graph, dtype, device):
     """A no-argument callable running ``op``'s local shard (rank 0) forward + backward."""
     import torch
@@ -349,7 +388,7 @@ def _operator_runner(op, cfg, graph, dtype, device):
 
 def calibrate_model_compute(graph, cluster, devices, *, repeats: int = 5, warmup: int = 2, out=None,
                             max_entries: int | None = None, dtype=None, mixed_precision: bool = False,
-                            device=None, verbose: bool = False, comm=None) -> ComputeTable:
+                            device=None, verbose: bool = False, comm=None, optimizer: str = "adam") -> ComputeTable:
     """Measure the compute table of ``graph`` on ``devices`` devices of ``cluster``.
 
     Builds the cost graph (:func:`~tensoropt_py.cost.builder.build_cost_graph`), collects the
@@ -378,6 +417,9 @@ def calibrate_model_compute(graph, cluster, devices, *, repeats: int = 5, warmup
     comm : mpi4py communicator, optional
         Measure on all its ranks at once, as :func:`calibrate_compute` (the CLI does so when
         run under ``mpiexec`` with several ranks).
+    optimizer : {"sgd", "momentum", "adam"}
+        Also time one update of this optimizer per distinct local parameter shard
+        (:func:`model_update_entries`), the optimizer step of a training iteration.
 
     Returns
     -------
@@ -415,8 +457,14 @@ def calibrate_model_compute(graph, cluster, devices, *, repeats: int = 5, warmup
             runners.append((key, _operator_runner(op, cfg, g, dt, device)))
         except Exception as exc:  # noqa: BLE001 - any failure to run means: keep the roofline
             skipped[key] = f"{type(exc).__name__}: {exc}"
+    updates = list(model_update_entries(g, cluster, devices, optimizer=optimizer, dtype=dtype,
+                                        mixed_precision=mixed_precision).items())
+    if max_entries is not None:
+        updates = updates[:max(max_entries - len(items), 0)]
+    runners += [(key, _update_runner(optimizer, shape, dt, device)) for key, (shape, dt) in updates]
     sync = torch.cuda.synchronize if device.type == "cuda" else None
     meta = {"model": g.name, "devices": int(devices), "cluster": cluster.name, "torch_device": str(device),
+            "optimizer": optimizer,
             "torch": torch.__version__, "entries": len(runners), "skipped": len(skipped),
             "skipped_keys": dict(list(skipped.items())[:20])}
     if verbose:
@@ -742,6 +790,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster", default=None,
                    help="cluster preset for the model's configurations (default: cpu-1x<devices>, else v100-2x8)")
     p.add_argument("--max-entries", type=int, default=None, help="measure at most this many compute keys")
+    p.add_argument("--optimizer", choices=("sgd", "momentum", "adam"), default="adam",
+                   help="optimizer whose parameter updates are timed with --model (default adam)")
     p.add_argument("--no-comm", action="store_true", help="skip the collective measurements (no MPI needed)")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     return p
@@ -781,7 +831,8 @@ def main(argv=None) -> int:
 
             cl = Cluster.preset(args.cluster) if args.cluster else _default_cluster(args.devices)
             table = calibrate_model_compute(args.model, cl, args.devices, repeats=args.repeats, warmup=args.warmup,
-                                            out=args.out, max_entries=args.max_entries, verbose=verbose, comm=comm)
+                                            out=args.out, max_entries=args.max_entries, verbose=verbose, comm=comm,
+                                            optimizer=args.optimizer)
             if verbose:
                 m = table.meta
                 print(f"wrote {m['entries']} compute entries ({args.model} on {args.devices} devices of {cl.name}, "

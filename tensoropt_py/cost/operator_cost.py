@@ -19,7 +19,10 @@ For a configuration of an operator (see :mod:`tensoropt_py.space.configs`):
     (:meth:`~tensoropt_py.cluster.Cluster.with_calibration`, written by
     :func:`~tensoropt_py.cost.calibrate.calibrate_model_compute`), a configuration whose
     :func:`compute_key` (op kind, attributes, local shard shapes, dtype) is in the table uses
-    the measured forward + backward seconds instead.
+    the measured forward + backward seconds instead. ``t_c`` also holds the optimizer
+    update of every trained parameter shard (one elementwise pass over weight, gradient and
+    state: :func:`~tensoropt_py.cost.optimizer.update_work`, or the measured
+    :func:`~tensoropt_py.cost.optimizer.update_key` entry).
   - ``t_s``: the gradient all-reduce of every parameter over the fine axes that split a
     loop dimension the parameter does not index (the IR's partial-sum rule: e.g. the batch
     under data parallelism); axes that replicate the computation produce identical
@@ -65,7 +68,7 @@ import numpy as np
 from ..errors import InvalidInputError
 from ..graph.ir import DTYPE_BYTES, Operator, OpKind, TensorRole
 from ..space.mesh import fine_groups
-from .optimizer import check_optimizer, state_bytes_per_param
+from .optimizer import check_optimizer, state_bytes_per_param, update_key, update_work
 
 __all__ = ["OperatorCosts", "OperatorCoster", "split_matrix", "local_numel", "compute_key", "local_shapes",
            "config_compute_keys", "compute_dtype", "KEY_IGNORED_ATTRS"]
@@ -233,6 +236,37 @@ class OperatorCoster:
             t = self._ar[key] = float(self.comm.collective_time("all_reduce", nbytes, fine_groups(sizes, axes)))
         return t
 
+    def _update_times(self, op, tensors, configs, splits, readers) -> np.ndarray:
+        """Seconds of the optimizer updates of ``op``'s trained parameter shards, per configuration.
+
+        One elementwise kernel per parameter (roofline of :func:`update_work`, or the measured
+        :func:`update_key` entry); a parameter shared by several readers is charged
+        ``1/readers`` of it by each, as its state is.
+        """
+        out = np.zeros(len(configs))
+        table = getattr(self.compute, "table", None)
+        flops, nbytes = update_work(self.optimizer, "float32", mixed_precision=self.mixed_precision)
+        seen = set()
+        for pi, use in enumerate(op.params):
+            spec = tensors[use.tensor]
+            if use.tensor in seen or spec.role is not TensorRole.PARAMETER:
+                continue
+            seen.add(use.tensor)
+            if not self.mixed_precision:
+                flops, nbytes = update_work(self.optimizer, spec.dtype)
+            share = 1.0 / max(int((readers or {}).get(use.tensor, 1)), 1)
+            numel = local_numel(op, use, spec.numel, splits).astype(np.float64)
+            t = self.compute.times(flops * numel, nbytes * numel, dtype="float32")
+            if table is not None and len(table):
+                u = len(op.inputs) + pi
+                for k, c in enumerate(configs):
+                    f = c.layout(op, u).split_factors(len(spec.shape))
+                    key = update_key(self.optimizer, tuple(n // d for n, d in zip(spec.shape, f)), spec.dtype)
+                    if key in table:
+                        t[k] = self.compute.time(0.0, 0.0, key=key)
+            out += t * share
+        return out
+
     def costs(self, op: Operator, tensors, configs, *, exclude_saved=(), hold_outputs=(), readers=None) -> OperatorCosts:
         """Costs of ``op`` under each of ``configs``.
 
@@ -301,6 +335,7 @@ class OperatorCoster:
             else:
                 param_mem += local_bytes[use.tensor]
         if trained:
+            compute_time = compute_time + self._update_times(op, tensors, configs, splits, readers)
             for k, c in enumerate(configs):
                 sizes = c.mesh.fine_sizes
                 fused: dict = {}

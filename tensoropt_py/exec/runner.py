@@ -69,7 +69,7 @@ from .measure import Report, collective_counts, expected_collectives
 from .shard import gather_full, place_coordinate, shard
 
 __all__ = ["run_plan", "Executor", "Report", "synthetic_batch", "reference_train", "config_from_plan",
-           "expected_collectives", "main", "OPTIMIZERS"]
+           "expected_collectives", "main", "OPTIMIZERS", "make_optimizer"]
 
 OPTIMIZERS = ("sgd", "momentum", "adam")
 
@@ -127,7 +127,8 @@ def synthetic_batch(graph: Graph, seed: int, step: int = 0) -> dict:
     return out
 
 
-def _optimizer(name: str, params, lr: float):
+def make_optimizer(name: str, params, lr: float):
+    """The torch optimizer ``name`` (one of :data:`OPTIMIZERS`) over ``params``."""
     if name == "sgd":
         return torch.optim.SGD(params, lr=lr)
     if name == "momentum":
@@ -153,7 +154,7 @@ def reference_train(graph: Graph, steps: int, seed: int = 0, *, optimizer: str =
     """
     params = init_params(graph, seed=seed)
     trained = [params[t.name] for t in graph.parameters]
-    opt = _optimizer(optimizer, trained, lr)
+    opt = make_optimizer(optimizer, trained, lr)
     loss_name = _loss_name(graph)
     losses = []
     for s in range(steps):
@@ -407,7 +408,7 @@ class Executor:
             for axes, names in fused.items():
                 self.grad_groups.append((op.name, fine_groups(cfg.mesh.fine_sizes, axes), names))
         self.params = [self.master[t.name][0] for t in g.parameters if t.name in self.master]
-        self.opt = _optimizer(self.optimizer_name, self.params, self.lr)
+        self.opt = make_optimizer(self.optimizer_name, self.params, self.lr)
         self._param_ptrs = {p.untyped_storage().data_ptr() for p in self.params}
         self._param_ptrs |= {v.untyped_storage().data_ptr() for v in self.views.values() if isinstance(v, torch.Tensor)}
 
