@@ -184,6 +184,23 @@ def test_measure_validates_and_times():
             measure(lambda: None, repeats=bad)
     with pytest.raises(InvalidInputError, match="warmup"):
         measure(lambda: None, warmup=-1)
+    with pytest.raises(InvalidInputError, match="statistic"):
+        measure(lambda: None, statistic="max")
+
+
+def test_measure_mean_keeps_the_interruptions(monkeypatch):
+    # a fake clock: the fifth call is interrupted for a second (another rank had the core)
+    import tensoropt_py.cost.calibrate as calibrate
+
+    now = [0.0]
+    durations = iter([0.001, 0.001, 0.001, 0.001, 1.0] * 2)
+    monkeypatch.setattr(calibrate.time, "perf_counter", lambda: now[0])
+
+    def call():
+        now[0] += next(durations)
+
+    assert measure(call, repeats=5, warmup=0) == pytest.approx(0.001)
+    assert measure(call, repeats=5, warmup=0, statistic="mean") == pytest.approx(1.004 / 5)
 
 
 def test_calibrate_compute_with_torch_ops(tmp_path):
@@ -300,7 +317,7 @@ class _TwoRankComm:
 def test_calibrate_compute_on_several_ranks_keeps_the_slowest(monkeypatch):
     import tensoropt_py.cost.calibrate as calibrate
 
-    monkeypatch.setattr(calibrate, "measure", lambda fn, repeats, warmup, sync: 0.25)
+    monkeypatch.setattr(calibrate, "measure", lambda fn, repeats, warmup, sync, statistic="median": 0.25)
     comm = _TwoRankComm()
     table = calibrate_compute({"a": lambda: None, "b": lambda: None}, repeats=3, warmup=0, comm=comm)
     lone = calibrate_compute({"a": lambda: None}, repeats=3, warmup=0)

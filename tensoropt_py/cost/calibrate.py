@@ -191,8 +191,13 @@ def _check_counts(repeats, warmup):
         raise InvalidInputError(f"warmup must be a non-negative int, got {warmup!r}")
 
 
-def measure(fn: Callable[[], object], repeats: int = 10, warmup: int = 2, sync: Callable[[], object] | None = None) -> float:
-    """Median wall time of ``fn()`` in seconds, after ``warmup`` untimed calls.
+def measure(fn: Callable[[], object], repeats: int = 10, warmup: int = 2, sync: Callable[[], object] | None = None,
+            statistic: str = "median") -> float:
+    """Wall time of ``fn()`` in seconds, after ``warmup`` untimed calls.
+
+    ``statistic="median"`` (default) is the median call, robust to a stray interruption;
+    ``"mean"`` is the whole loop's wall time per call, which keeps the interruptions: what a
+    process sharing its cores with others (several ranks per core) really gets.
 
     Parameters
     ----------
@@ -210,17 +215,22 @@ def measure(fn: Callable[[], object], repeats: int = 10, warmup: int = 2, sync: 
     True
     """
     _check_counts(repeats, warmup)
+    if statistic not in ("median", "mean"):
+        raise InvalidInputError(f"statistic must be 'median' or 'mean', got {statistic!r}")
     for _ in range(warmup):
         fn()
         if sync is not None:
             sync()
     samples = []
+    start = time.perf_counter()
     for _ in range(repeats):
         t0 = time.perf_counter()
         fn()
         if sync is not None:
             sync()
         samples.append(time.perf_counter() - t0)
+    if statistic == "mean":
+        return float((time.perf_counter() - start) / repeats)
     return float(statistics.median(samples))
 
 
@@ -252,9 +262,11 @@ def calibrate_compute(entries, *, repeats: int = 10, warmup: int = 2, out=None, 
         Extra metadata to record (device name, torch version...).
     comm : mpi4py communicator, optional
         Time every entry on all of its ranks at once (a barrier before each entry) and keep
-        the slowest rank's median: the load of a training step, where every device computes
-        at the same time, and where processes share cores or memory bandwidth this shows.
-        Every rank must call it; rank 0 writes ``out``.
+        the slowest rank's time per call over the whole loop (``statistic="mean"`` of
+        :func:`measure`): the load of a training step, where every device computes at the
+        same time. Where processes share cores or memory bandwidth this shows; a median would
+        keep only the calls no other rank interrupted. Every rank must call it; rank 0
+        writes ``out``.
 
     Examples
     --------
@@ -275,8 +287,11 @@ def calibrate_compute(entries, *, repeats: int = 10, warmup: int = 2, out=None, 
             raise InvalidInputError(f"compute entry needs a string key and a callable, got ({key!r}, {fn!r})")
         if comm is not None:
             comm.Barrier()
-        t = measure(fn, repeats=repeats, warmup=warmup, sync=sync)
-        times[key] = t if comm is None else max(comm.allgather(t))
+        if comm is None:
+            times[key] = measure(fn, repeats=repeats, warmup=warmup, sync=sync)
+        else:
+            times[key] = max(comm.allgather(measure(fn, repeats=repeats, warmup=warmup, sync=sync,
+                                                    statistic="mean")))
     info = {"repeats": repeats, "warmup": warmup, "host": socket.gethostname(),
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "concurrent_ranks": 1 if comm is None else int(comm.Get_size())}

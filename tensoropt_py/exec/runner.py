@@ -458,7 +458,6 @@ class Executor:
 
     def _drop_copies(self, op, ins, env, out, copies, holders):
         """Release the saved tensors of copies the plan does not keep (module docstring, "Tensor reuse")."""
-        g = self.graph
         for ui, use in enumerate(op.inputs):
             e = self.edges[(op.name, ui)]
             if e.reuse == "producer_copy" and use.tensor in ins and e.rederive:
