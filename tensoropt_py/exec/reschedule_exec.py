@@ -93,7 +93,9 @@ def run_step(x: torch.Tensor, step: ExecStep, shape, rank: int, backend) -> torc
     rb = region(step.before, shape, rank)
     ra = region(step.after, shape, rank)
     if kind == "slice":
-        return x[_rel(ra, rb)].contiguous()
+        # a copy, not a view: a view would keep the whole source block alive as long as
+        # autograd keeps the slice (the memory model counts the slice only)
+        return x[_rel(ra, rb)].clone(memory_format=torch.contiguous_format)
     g = backend.group_of(step.groups)
     if kind == "all_reduce":
         return backend.all_reduce(x, step.groups)
