@@ -22,6 +22,7 @@ gradient's own rescheduling, e.g. all-gather forward / reduce-scatter backward) 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -82,44 +83,69 @@ def _intersect(r1, r2):
     return tuple(out)
 
 
+@functools.lru_cache(maxsize=65536)
+def _step_plan(step: ExecStep, shape: tuple, rank: int, group: tuple):
+    """The index arithmetic of one step on one rank (pure; cached: a plan repeats it every iteration).
+
+    Returns ``(input shape, output shape, parts)``: ``parts`` are, per kind, the slice of the
+    ``after`` block in the ``before`` block (slice), the place of every member's block in the
+    output (all_gather), the pieces of my block for every member (reduce_scatter), or both
+    the pieces I send and the places of what I receive (all_to_all).
+    """
+    want_in = local_shape(step.before, shape)
+    want_out = local_shape(step.after, shape)
+    rb = region(step.before, shape, rank)
+    ra = region(step.after, shape, rank)
+    kind = step.kind
+    if kind == "slice":
+        parts = _rel(ra, rb)
+    elif kind == "all_gather":
+        parts = tuple(_rel(region(step.before, shape, m), ra) for m in group)
+    elif kind == "reduce_scatter":
+        parts = tuple(_rel(region(step.after, shape, m), rb) for m in group)
+    elif kind == "all_to_all":
+        send, recv = [], []
+        for m in group:
+            inter = _intersect(rb, region(step.after, shape, m))
+            if inter is None:
+                raise InvalidInputError(f"all_to_all {step.before} -> {step.after}: rank {rank} shares no data with {m}")
+            send.append(_rel(inter, rb))
+            recv.append(_rel(_intersect(region(step.before, shape, m), ra), ra))
+        parts = (tuple(send), tuple(recv))
+    else:  # all_reduce: the block keeps its place
+        parts = ()
+    return want_in, want_out, parts
+
+
 def run_step(x: torch.Tensor, step: ExecStep, shape, rank: int, backend) -> torch.Tensor:
     """Apply one step to the local block ``x`` (layout ``step.before``); returns the block in ``step.after``."""
     shape = tuple(int(s) for s in shape)
-    want_in = local_shape(step.before, shape)
-    if tuple(x.shape) != want_in:
-        raise InvalidInputError(f"{step.kind}: local block {tuple(x.shape)} does not match {step.before} "
-                                f"of a {list(shape)} tensor (expected {want_in})")
     kind = step.kind
-    rb = region(step.before, shape, rank)
-    ra = region(step.after, shape, rank)
+    g = backend.group_of(step.groups) if kind != "slice" else ()
+    want_in, want_out, parts = _step_plan(step, shape, int(rank), g)
+    if tuple(x.shape) != want_in:
+        raise InvalidInputError(f"{kind}: local block {tuple(x.shape)} does not match {step.before} "
+                                f"of a {list(shape)} tensor (expected {want_in})")
     if kind == "slice":
         # a copy, not a view: a view would keep the whole source block alive as long as
         # autograd keeps the slice (the memory model counts the slice only)
-        return x[_rel(ra, rb)].clone(memory_format=torch.contiguous_format)
-    g = backend.group_of(step.groups)
+        return x[parts].clone(memory_format=torch.contiguous_format)
     if kind == "all_reduce":
         return backend.all_reduce(x, step.groups)
     if kind == "all_gather":
         stacked = backend.all_gather(x, step.groups)
-        out = torch.empty(local_shape(step.after, shape), dtype=x.dtype, device=x.device)
-        for p, m in enumerate(g):
-            out[_rel(region(step.before, shape, m), ra)] = stacked[p]
+        out = torch.empty(want_out, dtype=x.dtype, device=x.device)
+        for p, where in enumerate(parts):
+            out[where] = stacked[p]
         return out
     if kind == "reduce_scatter":
-        chunks = torch.stack([x[_rel(region(step.after, shape, m), rb)] for m in g])
-        return backend.reduce_scatter(chunks, step.groups)
+        return backend.reduce_scatter(torch.stack([x[piece] for piece in parts]), step.groups)
     if kind == "all_to_all":
-        parts = []
-        for m in g:
-            inter = _intersect(rb, region(step.after, shape, m))
-            if inter is None:
-                raise InvalidInputError(f"all_to_all {step.before} -> {step.after}: rank {rank} shares no data with {m}")
-            parts.append(x[_rel(inter, rb)])
-        recv = backend.all_to_all(torch.stack(parts), step.groups)
-        out = torch.empty(local_shape(step.after, shape), dtype=x.dtype, device=x.device)
-        for p, m in enumerate(g):
-            inter = _intersect(region(step.before, shape, m), ra)
-            out[_rel(inter, ra)] = recv[p]
+        send, recv_at = parts
+        recv = backend.all_to_all(torch.stack([x[piece] for piece in send]), step.groups)
+        out = torch.empty(want_out, dtype=x.dtype, device=x.device)
+        for p, where in enumerate(recv_at):
+            out[where] = recv[p]
         return out
     raise InvalidInputError(f"unknown rescheduling step {kind!r}")  # pragma: no cover
 
