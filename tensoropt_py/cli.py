@@ -198,13 +198,21 @@ def _guard(fn) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except InfeasibleError as exc:
-        print(f"tensoropt-py: error: {exc}", file=sys.stderr)
+        _error(exc)
         return 1
     except (TensorOptError, ValueError, OSError) as exc:
         # Library errors are the user's input: one line, no traceback.
-        print(f"tensoropt-py: error: {exc}", file=sys.stderr)
+        _error(exc)
         return 2
     return int(code or 0)
+
+
+def _error(exc):
+    """One line on stderr; under mpiexec from rank 0 only (every rank meets the same input error)."""
+    from .cost.calibrate import launcher_rank
+
+    if launcher_rank() == 0:
+        print(f"tensoropt-py: error: {exc}", file=sys.stderr)
 
 
 if __name__ == "__main__":  # pragma: no cover

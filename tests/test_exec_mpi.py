@@ -154,6 +154,12 @@ def test_cli_runs_a_module_factory(tmp_path):
     np.testing.assert_allclose(json.loads(report.read_text())["losses"], ref, rtol=1e-4)
 
 
+def test_an_input_error_is_reported_once_and_ends_every_rank(tmp_path):
+    r = mpirun(2, "-m", "tensoropt_py", "run", tmp_path / "missing.json", "--model", "exec_models:mlp", timeout=120)
+    assert r.returncode != 0
+    assert r.stderr.count("tensoropt-py: error: plan file") == 1, r.stderr  # rank 0 only
+
+
 def test_a_failing_rank_aborts_the_whole_job(tmp_path):
     plan = _plan("mlp", 2, 0, tmp_path / "plan.json")
     r = mpirun(2, MPI_DIR / "exec_fail.py", plan, timeout=120)

@@ -857,6 +857,16 @@ def main(argv=None) -> int:
 
 #: Environment variables MPI launchers set on every rank (MPICH/Hydra, Open MPI, PMIx).
 _LAUNCHER_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK")
+_LAUNCHER_RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
+
+
+def launcher_rank() -> int:
+    """This process's rank as its MPI launcher set it (0 outside a launcher); MPI is not initialised."""
+    for var in _LAUNCHER_RANK_VARS:
+        value = os.environ.get(var)
+        if value is not None and value.strip().isdigit():
+            return int(value)
+    return 0
 
 
 def _mpi_world():
