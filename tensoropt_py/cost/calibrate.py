@@ -15,8 +15,10 @@ paper requires) at sizes 2^i bytes, i in ``sizes_log2``. Each point is the media
 world barrier. ``nbytes`` means what it means in :mod:`tensoropt_py.cost.comm` (the full logical
 tensor of a group); sizes smaller than one element per rank are rounded up to one element.
 
-Backends: ``"mpi"`` uses mpi4py's buffer interface on CPU numpy arrays (``Allreduce``,
-``Allgather``, ``Reduce_scatter_block``, ``Alltoall``, ``Bcast``, ``Sendrecv``; no pickling);
+Backends: ``"mpi"`` times all-reduce, all-gather, reduce-scatter and all-to-all through the
+executor's own MPI backend (:class:`tensoropt_py.exec.backend.MPIBackend` on CPU tensors, so
+the table holds the per-call work the executor adds to mpi4py's buffer interface), and
+``Bcast`` and ``Sendrecv`` with mpi4py on numpy arrays (no pickling);
 ``"nccl"`` uses ``torch.distributed`` with NCCL on CUDA tensors (ranks are placed on the GPUs of
 their machine); ``"auto"`` picks NCCL when CUDA is available with a GPU per local rank, MPI
 otherwise. Rank 0 writes the table to a calibration file (see
@@ -517,6 +519,8 @@ class _MPIBackend:
         itemsize = _itemsize(nbytes)
         dtype = np.float32 if itemsize == 4 else np.uint8
         ns, nr = buffer_elements(kind, nbytes, g, itemsize)
+        if kind in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
+            return self._executor_op(kind, ns, nr, dtype, sub)
         send = np.ones(ns, dtype=dtype)
         recv = np.zeros(nr, dtype=dtype)
         if kind == "all_reduce":
@@ -533,6 +537,45 @@ class _MPIBackend:
             dst, src = (r + 1) % g, (r - 1) % g
             return lambda: sub.Sendrecv(send, dst, 0, recv, src, 0)
         raise InvalidInputError(f"unknown collective kind {kind!r}")
+
+    def _executor_op(self, kind, ns, nr, dtype, sub):
+        """The collective as the executor calls it: its MPI backend on CPU tensors.
+
+        The executor's per-call work (contiguous checks, output allocation, buffer views, the
+        record of the call) is part of every collective it runs, so it is part of the table.
+        """
+        import torch
+
+        from ..exec.backend import MPIBackend
+
+        be = MPIBackend(sub)
+        group = (tuple(range(sub.size)),)
+        tdtype = torch.float32 if dtype == np.float32 else torch.uint8
+        if kind == "all_reduce" and tdtype == torch.uint8:  # MPI sums of bytes: keep the raw call
+            send, recv = np.ones(ns, dtype=dtype), np.zeros(nr, dtype=dtype)
+            return lambda: sub.Allreduce(send, recv, op=self.MPI.SUM)
+        g = sub.size
+        if kind == "all_reduce":
+            x = torch.ones(ns, dtype=tdtype)
+            call = be.all_reduce
+        elif kind == "all_gather":
+            x = torch.ones(ns, dtype=tdtype)
+            call = be.all_gather
+        elif kind == "reduce_scatter":
+            if tdtype == torch.uint8:
+                send, recv = np.ones(ns, dtype=dtype), np.zeros(nr, dtype=dtype)
+                return lambda: sub.Reduce_scatter_block(send, recv, op=self.MPI.SUM)
+            x = torch.ones((g, ns // g), dtype=tdtype)
+            call = be.reduce_scatter
+        else:
+            x = torch.ones((g, ns // g), dtype=tdtype)
+            call = be.all_to_all
+
+        def run():
+            call(x, group)
+            be.records.clear()
+
+        return run
 
     def sync(self):
         return None
