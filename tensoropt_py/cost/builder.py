@@ -594,19 +594,12 @@ def _build_reference(graph, n, valid, mesh_tf, max_configs, coster, rescheduler)
     edge_list, edge_reuse, exclude, hold = _edges_and_reuse(graph, ops)
 
     # 3. node costs and dominance pruning
-    def layouts_of(op, cfgs):
-        nin, npar = len(op.inputs), len(op.params)
-        outs = [[c.layout(op, nin + npar + o) for c in cfgs] for o in range(len(op.outputs))]
-        ins = [[c.layout(op, i) for c in cfgs] for i in range(nin)]
-        grads = [[c.layout(op, i, gradient=True) for c in cfgs] for i in range(nin)]
-        return outs, ins, grads
-
     node_costs, kept_layouts = [], []
     for i, op in enumerate(ops):
         cfgs = configs[i]
         oc = coster.costs(op, tensors, cfgs, exclude_saved=exclude[op.name], hold_outputs=hold[op.name],
                           readers=readers)
-        outs, ins, grads = layouts_of(op, cfgs)
+        outs, ins, grads = _layouts_of(op, cfgs)
         arr = np.stack([oc.memory, oc.time, oc.compute_time, oc.comm_time], axis=1)
         keep = _prune(arr, [tuple(L[k] for L in outs + ins + grads) for k in range(len(cfgs))], max_configs)
         configs[i] = [cfgs[k] for k in keep]

@@ -519,8 +519,9 @@ class _MPIBackend:
         itemsize = _itemsize(nbytes)
         dtype = np.float32 if itemsize == 4 else np.uint8
         ns, nr = buffer_elements(kind, nbytes, g, itemsize)
-        if kind in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
-            return self._executor_op(kind, ns, nr, dtype, sub)
+        # the executor's collectives as it calls them; byte sums (which it never runs) stay raw
+        if kind in ("all_gather", "all_to_all") or (kind in ("all_reduce", "reduce_scatter") and itemsize == 4):
+            return self._executor_op(kind, ns, dtype, sub)
         send = np.ones(ns, dtype=dtype)
         recv = np.zeros(nr, dtype=dtype)
         if kind == "all_reduce":
@@ -538,7 +539,7 @@ class _MPIBackend:
             return lambda: sub.Sendrecv(send, dst, 0, recv, src, 0)
         raise InvalidInputError(f"unknown collective kind {kind!r}")
 
-    def _executor_op(self, kind, ns, nr, dtype, sub):
+    def _executor_op(self, kind, ns, dtype, sub):
         """The collective as the executor calls it: its MPI backend on CPU tensors.
 
         The executor's per-call work (contiguous checks, output allocation, buffer views, the
@@ -551,25 +552,10 @@ class _MPIBackend:
         be = MPIBackend(sub)
         group = (tuple(range(sub.size)),)
         tdtype = torch.float32 if dtype == np.float32 else torch.uint8
-        if kind == "all_reduce" and tdtype == torch.uint8:  # MPI sums of bytes: keep the raw call
-            send, recv = np.ones(ns, dtype=dtype), np.zeros(nr, dtype=dtype)
-            return lambda: sub.Allreduce(send, recv, op=self.MPI.SUM)
-        g = sub.size
-        if kind == "all_reduce":
-            x = torch.ones(ns, dtype=tdtype)
-            call = be.all_reduce
-        elif kind == "all_gather":
-            x = torch.ones(ns, dtype=tdtype)
-            call = be.all_gather
-        elif kind == "reduce_scatter":
-            if tdtype == torch.uint8:
-                send, recv = np.ones(ns, dtype=dtype), np.zeros(nr, dtype=dtype)
-                return lambda: sub.Reduce_scatter_block(send, recv, op=self.MPI.SUM)
-            x = torch.ones((g, ns // g), dtype=tdtype)
-            call = be.reduce_scatter
-        else:
-            x = torch.ones((g, ns // g), dtype=tdtype)
-            call = be.all_to_all
+        call = {"all_reduce": be.all_reduce, "all_gather": be.all_gather,
+                "reduce_scatter": be.reduce_scatter, "all_to_all": be.all_to_all}[kind]
+        # all-reduce and all-gather send one block; the others one chunk per member
+        x = torch.ones(ns if kind in ("all_reduce", "all_gather") else (sub.size, ns // sub.size), dtype=tdtype)
 
         def run():
             call(x, group)

@@ -245,15 +245,13 @@ class OperatorCoster:
         """
         out = np.zeros(len(configs))
         table = getattr(self.compute, "table", None)
-        flops, nbytes = update_work(self.optimizer, "float32", mixed_precision=self.mixed_precision)
         seen = set()
         for pi, use in enumerate(op.params):
             spec = tensors[use.tensor]
             if use.tensor in seen or spec.role is not TensorRole.PARAMETER:
                 continue
             seen.add(use.tensor)
-            if not self.mixed_precision:
-                flops, nbytes = update_work(self.optimizer, spec.dtype)
+            flops, nbytes = update_work(self.optimizer, spec.dtype, mixed_precision=self.mixed_precision)
             share = 1.0 / max(int((readers or {}).get(use.tensor, 1)), 1)
             numel = local_numel(op, use, spec.numel, splits).astype(np.float64)
             t = self.compute.times(flops * numel, nbytes * numel, dtype="float32")

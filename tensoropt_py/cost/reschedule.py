@@ -368,41 +368,47 @@ class ReferenceRescheduler:
             search = self._searches.get((shape, itemsize, src.sizes, src.place))
         return out
 
-    def path(self, shape, dtype, src: Layout, dst: Layout) -> ReschedulePath:
-        """The cheapest sequence of collectives turning ``src`` into ``dst``."""
+    def _lookup(self, shape, dtype, src: Layout, dst: Layout):
+        """``(shape, itemsize, cache key, cached path or None)``; ``src == dst`` is the empty path."""
         shape = self._check(shape, src, dst)
         itemsize = _itemsize(dtype)
         key = (shape, itemsize, src.sizes, src.place, dst.sizes, dst.place)
         hit = self._paths.get(key)
+        if hit is None and src == dst:
+            hit = self._paths[key] = ReschedulePath(src, dst, (), 0.0)
+        return shape, itemsize, key, hit
+
+    def _store(self, key, src: Layout, dst: Layout, steps: list) -> ReschedulePath:
+        """Cache and return the path of ``steps`` (in order) from ``src`` to ``dst``."""
+        if steps:  # the last state may be an equal-key re-expression: report dst itself
+            last = steps[-1]
+            steps[-1] = RescheduleStep(last.kind, last.fine_axes, last.groups, last.nbytes, last.time,
+                                       last.before, dst if last.after.sizes == dst.sizes else last.after)
+        p = self._paths[key] = ReschedulePath(src, dst, tuple(steps), float(sum(s.time for s in steps)))
+        return p
+
+    def path(self, shape, dtype, src: Layout, dst: Layout) -> ReschedulePath:
+        """The cheapest sequence of collectives turning ``src`` into ``dst``."""
+        shape, itemsize, key, hit = self._lookup(shape, dtype, src, dst)
         if hit is not None:
             return hit
-        if src == dst:
-            p = ReschedulePath(src, dst, (), 0.0)
-        else:
-            t, search, node = self._solve(shape, itemsize, src, dst)
-            if not math.isfinite(t):
-                raise InvalidInputError(f"no rescheduling from {src} to {dst} for shape {list(shape)}")
-            steps = []
-            tuple_states = isinstance(next(iter(search.prev)), tuple)
-            sizes = node.sizes
+        t, search, node = self._solve(shape, itemsize, src, dst)
+        if not math.isfinite(t):
+            raise InvalidInputError(f"no rescheduling from {src} to {dst} for shape {list(shape)}")
+        steps = []
+        tuple_states = isinstance(next(iter(search.prev)), tuple)
+        sizes = node.sizes
+        if tuple_states:
+            node = Layout(sizes, node.place)
+        while search.prev[node.place if tuple_states else node] is not None:
+            before, kind, axes, nbytes = search.prev[node.place if tuple_states else node]
             if tuple_states:
-                node = Layout(sizes, node.place)
-            while search.prev[node.place if tuple_states else node] is not None:
-                before, kind, axes, nbytes = search.prev[node.place if tuple_states else node]
-                if tuple_states:
-                    before = Layout(sizes, before)
-                steps.append(RescheduleStep(kind, axes, fine_groups(before.sizes, axes) if kind != "slice" else (),
-                                            nbytes, self.step_time(kind, nbytes, before.sizes, axes), before, node))
-                node = before
-            steps.reverse()
-            # the last state may be an equal-key re-expression: report dst itself
-            if steps:
-                last = steps[-1]
-                steps[-1] = RescheduleStep(last.kind, last.fine_axes, last.groups, last.nbytes, last.time,
-                                           last.before, dst if last.after.sizes == dst.sizes else last.after)
-            p = ReschedulePath(src, dst, tuple(steps), float(sum(s.time for s in steps)))
-        self._paths[key] = p
-        return p
+                before = Layout(sizes, before)
+            steps.append(RescheduleStep(kind, axes, fine_groups(before.sizes, axes) if kind != "slice" else (),
+                                        nbytes, self.step_time(kind, nbytes, before.sizes, axes), before, node))
+            node = before
+        steps.reverse()
+        return self._store(key, src, dst, steps)
 
     def backward(self, shape, dtype, src: Layout, dst: Layout, dst_grad: Layout | None = None) -> ReschedulePath:
         """Path of the gradient of a ``src -> dst`` rescheduling.
@@ -873,16 +879,9 @@ class Rescheduler(ReferenceRescheduler):
 
     def path(self, shape, dtype, src: Layout, dst: Layout) -> ReschedulePath:
         """The cheapest sequence of collectives turning ``src`` into ``dst``."""
-        shape = self._check(shape, src, dst)
-        itemsize = _itemsize(dtype)
-        key = (shape, itemsize, src.sizes, src.place, dst.sizes, dst.place)
-        hit = self._paths.get(key)
+        shape, itemsize, key, hit = self._lookup(shape, dtype, src, dst)
         if hit is not None:
             return hit
-        if src == dst:
-            p = ReschedulePath(src, dst, (), 0.0)
-            self._paths[key] = p
-            return p
         g = self._graph(shape, itemsize, src.sizes)
         sid = g.node(src.place, self.step_time)
         tid = self._target_id(g, src, dst)
@@ -905,13 +904,7 @@ class Rescheduler(ReferenceRescheduler):
                                         nbytes, self.step_time(kind, nbytes, sizes, axes), before, after))
             node, after = u, before
         steps.reverse()
-        if steps:  # the last state may be an equal-key re-expression: report dst itself
-            last = steps[-1]
-            steps[-1] = RescheduleStep(last.kind, last.fine_axes, last.groups, last.nbytes, last.time,
-                                       last.before, dst if last.after.sizes == dst.sizes else last.after)
-        p = ReschedulePath(src, dst, tuple(steps), float(sum(s.time for s in steps)))
-        self._paths[key] = p
-        return p
+        return self._store(key, src, dst, steps)
 
     def cache_info(self) -> dict:
         """Sizes of the caches (searches, paths, collective times, move-graph states)."""

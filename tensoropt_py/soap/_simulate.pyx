@@ -289,6 +289,21 @@ cdef inline void _dep(list dirty, Task a, Task b):
         dirty.append(b)
 
 
+cdef inline Task _transfer(tg, dict tasks, list dirty, dict links, link, tuple key, a, b, double nb,
+                           double min_time):
+    """The transfer task ``key`` of ``nb`` bytes from device ``a`` to ``b`` (latency + bytes /
+    bandwidth of their link, at least ``min_time``)."""
+    cdef tuple r = links.get((a, b))
+    if r is None:
+        r = link(a, b)
+    cdef double x = <double>r[1] + nb * <double>r[2]
+    if not x >= min_time:
+        x = min_time
+    if not x < float("inf"):
+        tg._check_exe_of(key, x)  # raises
+    return _new_task(tasks, dirty, key, r[0], x)
+
+
 def build_edge(tg, Py_ssize_t e, tuple ov, tuple du, tuple dv, list Fu, list Fv, Bu, Bv,
                dict links, link, double min_time):
     """Compiled ``Simulator._build_edge`` loop (the reference is its Python branch): the
@@ -300,9 +315,8 @@ def build_edge(tg, Py_ssize_t e, tuple ov, tuple du, tuple dv, list Fu, list Fv,
     cdef list out = []
     cdef bint bwd = Bu is not None and Bv is not None
     cdef Py_ssize_t p, q
-    cdef double x, nb, lat, inv_bw
+    cdef double nb
     cdef Task t
-    cdef tuple r
     for item in ov:
         p = (<tuple>item)[0]
         q = (<tuple>item)[1]
@@ -314,32 +328,12 @@ def build_edge(tg, Py_ssize_t e, tuple ov, tuple du, tuple dv, list Fu, list Fv,
             if bwd:
                 _dep(dirty, <Task?>(<list>Bv)[q], <Task?>(<list>Bu)[p])
             continue
-        r = links.get((a, b))
-        if r is None:
-            r = link(a, b)
-        lat = r[1]
-        inv_bw = r[2]
-        x = lat + nb * inv_bw
-        if not x >= min_time:
-            x = min_time
-        if not x < float("inf"):
-            tg._check_exe_of((1, e, p, q), x)  # raises
-        t = _new_task(tasks, dirty, (1, e, p, q), r[0], x)
+        t = _transfer(tg, tasks, dirty, links, link, (1, e, p, q), a, b, nb, min_time)
         _dep(dirty, <Task?>Fu[p], t)
         _dep(dirty, t, <Task?>Fv[q])
         out.append(t)
         if bwd:
-            r = links.get((b, a))
-            if r is None:
-                r = link(b, a)
-            lat = r[1]
-            inv_bw = r[2]
-            x = lat + nb * inv_bw
-            if not x >= min_time:
-                x = min_time
-            if not x < float("inf"):
-                tg._check_exe_of((3, e, q, p), x)
-            t = _new_task(tasks, dirty, (3, e, q, p), r[0], x)
+            t = _transfer(tg, tasks, dirty, links, link, (3, e, q, p), b, a, nb, min_time)
             _dep(dirty, <Task?>(<list>Bv)[q], t)
             _dep(dirty, t, <Task?>(<list>Bu)[p])
             out.append(t)
