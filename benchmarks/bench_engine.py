@@ -29,8 +29,8 @@ sys.path.insert(0, ROOT)
 
 from tensoropt_py.elimination import combine_ragged, reduce_ragged  # noqa: E402
 from tensoropt_py.elimination.reference import combine_reference, reduce_ragged_reference  # noqa: E402
-from tensoropt_py.frontier import CostGraph, reduce, track  # noqa: E402
-from tensoropt_py.frontier.random_graphs import random_chain, random_layered_dag  # noqa: E402
+from tensoropt_py.engine import CostGraph, reduce, track  # noqa: E402
+from tensoropt_py.engine.random_graphs import random_chain, random_layered_dag  # noqa: E402
 
 
 def timed(fn, *a, repeat=1, **kw):
@@ -178,8 +178,8 @@ def bench_epsilon(quick):
 CHILD = r"""
 import json, resource, sys, time
 sys.path.insert(0, {root!r})
-from tensoropt_py.frontier import track
-from tensoropt_py.frontier.random_graphs import random_chain, random_layered_dag
+from tensoropt_py.engine import track
+from tensoropt_py.engine.random_graphs import random_chain, random_layered_dag
 kind, n, k, lay, eps, method = {args!r}
 if kind == "chain":
     cg = random_chain(n, k, layouts=lay, seed=11)

@@ -37,7 +37,7 @@ sys.path.insert(0, {root!r})
 import tensoropt_py as to
 from tensoropt_py.graph import zoo
 from tensoropt_py.cost.builder import build_cost_graph
-from tensoropt_py.frontier import track
+from tensoropt_py.engine import track
 t0 = time.perf_counter()
 mcg = build_cost_graph({expr}, to.Cluster.preset('v100-2x8'), {devices})
 t1 = time.perf_counter()

@@ -8,13 +8,12 @@ pick from it::
     fr = to.frontier("transformer", "v100-2x8", devices=16)
     plan = to.find_strategy("transformer", "v100-2x8", option="mini_time", memory_cap="14.5GB")
 
-``to.frontier`` is both the engine subpackage (``from tensoropt_py.frontier import
-CostGraph, track``) and, when called, the model-level :func:`tensoropt_py.api.frontier`.
-Heavy dependencies (torch, mpi4py, matplotlib) are imported only when used.
+``to.frontier`` is the model-level :func:`tensoropt_py.api.frontier`; the engine that tracks
+frontiers of any cost graph is :mod:`tensoropt_py.engine` (``from tensoropt_py.engine import
+CostGraph, track``). Heavy dependencies (torch, mpi4py, matplotlib) are imported only when used.
 """
 
 import importlib
-import types
 
 from .errors import (
     CalibrationError,
@@ -29,6 +28,7 @@ __version__ = "0.1.0"
 
 # name -> (module, attribute or None for the module itself), resolved on first use.
 _LAZY = {
+    "frontier": ("api", "frontier"),
     "find_strategy": ("api", "find_strategy"),
     "Frontier": ("api", "Frontier"),
     "Profile": ("api", "Profile"),
@@ -59,22 +59,6 @@ __all__ = [
     "CalibrationError",
     "__version__",
 ]
-
-
-class _CallableFrontierModule(types.ModuleType):
-    """``tensoropt_py.frontier`` is the engine subpackage; calling it runs :func:`tensoropt_py.api.frontier`."""
-
-    def __call__(self, *args, **kwargs):
-        from .api import frontier as model_frontier
-
-        return model_frontier(*args, **kwargs)
-
-
-# The engine needs only numpy and its compiled kernels, so importing it here is cheap; the
-# model-level function (torch-free too, but heavier) loads on the first call.
-from . import frontier  # noqa: E402
-
-frontier.__class__ = _CallableFrontierModule
 
 
 def __getattr__(name):

@@ -4,9 +4,9 @@ TensorOpt §4.1 (Listing 1): a user gives a model and a cluster and asks for the
 fastest strategy under a memory cap (``mini_time``), the fewest devices that fit
 (``mini_parallelism``) or the best time at each device count (``profiling``). All
 three read the *cost frontier* of the model at a device count, which
-:func:`frontier` computes: the model becomes a :class:`~tensoropt_py.frontier.CostGraph`
+:func:`frontier` computes: the model becomes a :class:`~tensoropt_py.engine.CostGraph`
 (:func:`~tensoropt_py.cost.builder.build_cost_graph`) and the engine tracks it
-(:func:`~tensoropt_py.frontier.track`).
+(:func:`~tensoropt_py.engine.track`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ Method = Literal["ldp", "elimination"]
 OPTIONS = ("mini_time", "mini_parallelism", "profiling")
 #: TensorOpt §5.2 keeps 10% of device memory free: the default cap is memory / SAFETY_MARGIN.
 SAFETY_MARGIN = 1.1
-FRONTIER_FORMAT = "tensoropt_py.frontier/1"
+FRONTIER_FORMAT = "tensoropt_py.engine/1"
 
 
 # --- inputs ------------------------------------------------------------------------------------
@@ -244,7 +244,7 @@ class Frontier:
         if self.model_cost_graph is None:
             raise InvalidInputError(
                 "this frontier was loaded from JSON without its cost graph; recompute it with "
-                "tensoropt_py.frontier(model, cluster, devices) to get plans"
+                "tensoropt_py.engine(model, cluster, devices) to get plans"
             )
         return plan_from_choices(self.model_cost_graph, self.choices[i], self.edge_choices[i],
                                  model=self.model, cluster=self.cluster, optimizer=self.optimizer,
@@ -449,7 +449,7 @@ def frontier(
         of the cost model (can be slow on graphs that need branch elimination).
     epsilon : float
         Thin intermediate frontiers to an epsilon-Pareto set (0 = off); see
-        :func:`tensoropt_py.frontier.track` for the guarantee.
+        :func:`tensoropt_py.engine.track` for the guarantee.
     optimizer : {"adam", "sgd", "momentum"}
         Decides the optimizer-state memory per parameter.
 
@@ -465,7 +465,7 @@ def frontier(
     True
     """
     from .cost.builder import build_cost_graph
-    from .frontier import track
+    from .engine import track
 
     graph = load_model(model, example_inputs)
     cl = load_cluster(cluster)

@@ -24,7 +24,7 @@ class InvalidInputError(TensorOptError, ValueError):
 
 
 class CostGraphError(InvalidInputError):
-    """A :class:`~tensoropt_py.frontier.CostGraph` is malformed (shape, NaN, negative cost, cycle...)."""
+    """A :class:`~tensoropt_py.engine.CostGraph` is malformed (shape, NaN, negative cost, cycle...)."""
 
 
 class InfeasibleError(TensorOptError):

@@ -13,7 +13,7 @@ import pytest
 import tensoropt_py as to
 from tensoropt_py import api
 from tensoropt_py.errors import InfeasibleError, InvalidInputError
-from tensoropt_py.frontier import brute_force_frontier, evaluate
+from tensoropt_py.engine import brute_force_frontier, evaluate
 
 CLUSTER = "cpu-1x4"
 
@@ -68,7 +68,7 @@ def test_frontier_is_sorted_and_achievable(fr_cnn):
 
 def test_exact_flag_reports_heuristic_elimination(monkeypatch):
     """A run that used heuristic elimination must not claim to be the exact frontier."""
-    import tensoropt_py.frontier as engine
+    import tensoropt_py.engine as engine
 
     real = engine.track
 

@@ -11,7 +11,7 @@ import pytest
 
 import tensoropt_py as to
 from tensoropt_py import baselines as bl
-from tensoropt_py.frontier import evaluate
+from tensoropt_py.engine import evaluate
 
 RTOL = 1e-9
 

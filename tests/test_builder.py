@@ -10,7 +10,7 @@ from tensoropt_py.cost.builder import FORBIDDEN_TIME, build_cost_graph
 from tensoropt_py.cost.comm import CommModel
 from tensoropt_py.cost.compute import ComputeModel
 from tensoropt_py.errors import InvalidInputError
-from tensoropt_py.frontier import evaluate
+from tensoropt_py.engine import evaluate
 from tensoropt_py.graph.builder import GraphBuilder
 from tensoropt_py.graph.ir import DTYPE_BYTES, TensorRole
 

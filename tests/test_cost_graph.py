@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from tensoropt_py.errors import CostGraphError, InvalidInputError
-from tensoropt_py.frontier import CostGraph, LayoutEdge, brute_force_frontier, evaluate
-from tensoropt_py.frontier.random_graphs import random_chain, random_layered_dag, random_small_dag
+from tensoropt_py.engine import CostGraph, LayoutEdge, brute_force_frontier, evaluate
+from tensoropt_py.engine.random_graphs import random_chain, random_layered_dag, random_small_dag
 
 
 def n(k, v=1.0):

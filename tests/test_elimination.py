@@ -8,10 +8,10 @@ from tensoropt_py.elimination.driver import simplify
 from tensoropt_py.elimination.heuristic_elimination import choose_config, fix_node
 from tensoropt_py.elimination.linear_chain import ChainMarker
 from tensoropt_py.elimination.node_elimination import detach, eliminate_node, fold_leaf
-from tensoropt_py.frontier import CostGraph, LayoutEdge, brute_force_frontier, evaluate
-from tensoropt_py.frontier.ldp import ldp
-from tensoropt_py.frontier.random_graphs import random_chain, random_small_dag
-from tensoropt_py.frontier.track import build_working_graph, finish
+from tensoropt_py.engine import CostGraph, LayoutEdge, brute_force_frontier, evaluate
+from tensoropt_py.engine.ldp import ldp
+from tensoropt_py.engine.random_graphs import random_chain, random_small_dag
+from tensoropt_py.engine.track import build_working_graph, finish
 
 
 def int_nodes(rng, ks):
@@ -121,7 +121,7 @@ def test_layout_edges_do_less_work_than_dense_ones():
     cg_l = random_chain(20, 32, layouts=4, seed=1, integer_costs=True)
     dense_edges = [(u, v, e.dense()) for u, v, e in cg_l.edges]
     cg_d = CostGraph(cg_l.node_costs, dense_edges)
-    from tensoropt_py.frontier import track
+    from tensoropt_py.engine import track
 
     a = track(cg_l, exact=True)
     b = track(cg_d, exact=True)
@@ -222,7 +222,7 @@ def test_simplify_keeps_chains_simple_paths(seed):
 def test_staged_products_and_batched_terms_stay_exact(seed, monkeypatch):
     """Force the staging of 3-way products and tiny term batches (concatenation tables)."""
     import tensoropt_py.elimination.table as table
-    from tensoropt_py.frontier import track
+    from tensoropt_py.engine import track
 
     monkeypatch.setattr(table, "_STAGE_FACTOR", 0.0)
     monkeypatch.setattr(table, "_MAX_TERMS_PER_BATCH", 3)

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tensoropt_py.errors import InvalidInputError
-from tensoropt_py.frontier import product, reduce, thin, union
+from tensoropt_py.engine import product, reduce, thin, union
 
 # small integer costs: many exact ties, exact sums
 coord = st.integers(min_value=0, max_value=12).map(float)

@@ -12,7 +12,7 @@ from tensoropt_py.elimination.reference import (
     thin_reference,
 )
 from tensoropt_py.errors import InvalidInputError
-from tensoropt_py.frontier import reduce
+from tensoropt_py.engine import reduce
 
 
 def random_table(rng, n_cells, max_pts, integer):

@@ -6,7 +6,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from tensoropt_py.errors import InvalidInputError
-from tensoropt_py.frontier import (
+from tensoropt_py.engine import (
     CostGraph,
     LayoutEdge,
     TrackedFrontier,
@@ -14,7 +14,7 @@ from tensoropt_py.frontier import (
     evaluate,
     track,
 )
-from tensoropt_py.frontier.random_graphs import random_chain, random_layered_dag, random_small_dag
+from tensoropt_py.engine.random_graphs import random_chain, random_layered_dag, random_small_dag
 
 METHODS = ["ldp", "elimination"]
 
@@ -94,10 +94,10 @@ def test_epsilon_guarantee_against_brute_force(cg, eps):
 
 @settings(max_examples=60)
 @given(small_dags(), st.integers(1, 4))
-def test_heuristic_results_are_achievable_and_dominated_by_truth(cg, max_configs):
+def test_heuristic_results_are_achievable_and_dominated_by_truth(cg, max_merged_configs):
     bf = brute_force_frontier(cg)
     for method in METHODS:
-        fr = track(cg, method=method, exact=False, max_configs=max_configs, threads=1)
+        fr = track(cg, method=method, exact=False, max_merged_configs=max_merged_configs, threads=1)
         assert_achievable(cg, fr)
         # nothing better than the true frontier
         for m, t in zip(fr.memory, fr.time):
@@ -106,12 +106,12 @@ def test_heuristic_results_are_achievable_and_dominated_by_truth(cg, max_configs
 
 def test_heuristic_is_used_and_counted():
     cg = random_layered_dag(6, 3, 4, skip_prob=0.5, seed=2)
-    fr = track(cg, exact=False, max_configs=4, threads=1)
+    fr = track(cg, exact=False, max_merged_configs=4, threads=1)
     assert fr.n_heuristic > 0
     assert fr.stats["heuristic_runs"] == 2
     assert_achievable(cg, fr)
     for h in ("min_memory", "weighted"):
-        one = track(cg, exact=False, max_configs=4, heuristic=h, threads=1)
+        one = track(cg, exact=False, max_merged_configs=4, heuristic=h, threads=1)
         assert_achievable(cg, one)
         # "auto" keeps the reduced union of both: it weakly dominates each
         for m, t in zip(one.memory, one.time):
@@ -133,7 +133,7 @@ def test_auto_fork_equals_two_full_runs(method, seed, layouts, eps):
     # "auto" resumes a snapshot taken just before the first heuristic elimination instead
     # of re-running everything: it must give exactly the reduced union of the two runs
     cg = random_layered_dag(10, 3, 5, layouts=layouts, options=2, skip_prob=0.4, seed=seed)
-    kw = dict(method=method, exact=False, epsilon=eps, max_configs=8, threads=1)
+    kw = dict(method=method, exact=False, epsilon=eps, max_merged_configs=8, threads=1)
     fr = track(cg, heuristic="auto", **kw)
     a = track(cg, heuristic="min_memory", **kw)
     b = track(cg, heuristic="weighted", **kw)
@@ -152,12 +152,12 @@ def test_auto_fork_equals_two_full_runs(method, seed, layouts, eps):
 def test_large_layered_dags_are_achievable(method, layouts):
     # realistic float costs: exact frontiers of partial strategies get huge, so thin them
     cg = random_layered_dag(14, 3, 6, layouts=layouts, options=2, skip_prob=0.3, seed=11)
-    fr = track(cg, method=method, exact=False, epsilon=0.01, max_configs=64)
+    fr = track(cg, method=method, exact=False, epsilon=0.01, max_merged_configs=64)
     assert len(fr) > 1 and fr.n_heuristic > 0
     assert_achievable(cg, fr)
     # integer costs keep exact frontiers small: epsilon = 0
     cgi = random_layered_dag(14, 3, 6, layouts=layouts, options=2, skip_prob=0.3, seed=12, integer_costs=True)
-    fr = track(cgi, method=method, exact=False, max_configs=64)
+    fr = track(cgi, method=method, exact=False, max_merged_configs=64)
     assert len(fr) > 1
     assert_achievable(cgi, fr)
 
@@ -194,8 +194,8 @@ def test_chain_ldp_equals_elimination_exactly():
 @pytest.mark.parametrize("method", METHODS)
 def test_threads_give_identical_results(method):
     cg = random_layered_dag(10, 3, 12, layouts=4, options=2, skip_prob=0.3, seed=4)
-    a = track(cg, method=method, epsilon=1e-3, max_configs=128, threads=1)
-    b = track(cg, method=method, epsilon=1e-3, max_configs=128, threads=2)
+    a = track(cg, method=method, epsilon=1e-3, max_merged_configs=128, threads=1)
+    b = track(cg, method=method, epsilon=1e-3, max_merged_configs=128, threads=2)
     for f in ("memory", "time", "choices", "edge_choices"):
         assert np.array_equal(getattr(a, f), getattr(b, f))
     c1 = random_chain(60, 48, layouts=6, seed=1)
@@ -243,7 +243,7 @@ def test_tracked_frontier_is_frozen_and_prints():
         ({"epsilon": float("inf")}, "epsilon must be a finite float >= 0"),
         ({"threads": 0}, "threads must be None or an integer >= 1, got 0"),
         ({"threads": 1.5}, "threads must be None or an integer >= 1"),
-        ({"max_configs": 0}, "max_configs must be an integer >= 1, got 0"),
+        ({"max_merged_configs": 0}, "max_merged_configs must be an integer >= 1, got 0"),
         ({"heuristic": "best"}, "heuristic must be one of"),
         ({"exact": "yes"}, "exact must be a bool"),
     ],

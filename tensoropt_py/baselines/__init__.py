@@ -84,7 +84,7 @@ def restrict_cost_graph(cg, keep, *, memory_scale=1.0, time_of=None):
     CostGraph
         Config ``k`` of node ``i`` in the copy is config ``keep[i][k]`` of ``cg``.
     """
-    from ..frontier import CostGraph, LayoutEdge
+    from ..engine import CostGraph, LayoutEdge
 
     keep = [np.asarray(k, dtype=np.int64) for k in keep]
     for i, k in enumerate(keep):
@@ -116,7 +116,7 @@ def restrict_cost_graph(cg, keep, *, memory_scale=1.0, time_of=None):
 
 def _track_restricted(mcg, keep, *, memory_scale=1.0, time_of=None, pick="time", exact=False):
     """Track a restricted copy; return full-graph choices of its min-time (or min-memory) point."""
-    from ..frontier import track
+    from ..engine import track
 
     sub = restrict_cost_graph(mcg.cost_graph, keep, memory_scale=memory_scale, time_of=time_of)
     fr = track(sub, method="ldp", exact=exact)

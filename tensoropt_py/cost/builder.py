@@ -1,9 +1,9 @@
-"""Model graph + cluster -> :class:`~tensoropt_py.frontier.CostGraph` (TensorOpt Eq. 1-3).
+"""Model graph + cluster -> :class:`~tensoropt_py.engine.CostGraph` (TensorOpt Eq. 1-3).
 
 :func:`build_cost_graph` enumerates the configurations of every operator
 (:mod:`tensoropt_py.space.configs`), costs them (:mod:`tensoropt_py.cost.operator_cost`),
 and costs every graph edge (producer, consumer, tensor) as a
-:class:`~tensoropt_py.frontier.LayoutEdge`: a table over (producer output layout,
+:class:`~tensoropt_py.engine.LayoutEdge`: a table over (producer output layout,
 consumer input layout) pairs, never a dense config x config table.
 
 Edge cost (Eq. 2)
@@ -295,10 +295,8 @@ def _valid_counts(cluster):
 
 
 def _make_cost_graph(node_costs, edges):
-    try:
-        from ..frontier import CostGraph, LayoutEdge
-    except ImportError:  # engine not importable: keep the raw parts
-        from ..frontier.cost_graph import CostGraph, LayoutEdge
+    from ..engine import CostGraph, LayoutEdge
+
     return CostGraph(node_costs=node_costs, edges=[(u, v, LayoutEdge(s, d, t)) for u, v, s, d, t in edges])
 
 

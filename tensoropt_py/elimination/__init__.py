@@ -8,8 +8,8 @@
   (Eq. 5), :mod:`.branch_elimination` (Eq. 6), :mod:`.heuristic_elimination` (Eq. 7),
   :mod:`.linear_chain` (Alg. 2 marking) and :mod:`.driver` (the Alg. 2 loop).
 
-This package knows nothing about DNNs and does not import :mod:`tensoropt_py.frontier`
-(which sits above it); :func:`tensoropt_py.frontier.track` drives it.
+This package knows nothing about DNNs and does not import :mod:`tensoropt_py.engine`
+(which sits above it); :func:`tensoropt_py.engine.track` drives it.
 """
 
 from .kernels import MAX_SLOTS, combine_ragged, reduce_ragged, resolve_threads

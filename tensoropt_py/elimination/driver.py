@@ -11,11 +11,11 @@ available and falls back to branch elimination and then heuristic elimination:
 3. with method ``"ldp"``, marked chains are extended after every step (Alg. 2 marking);
 4. when stuck: branch elimination (Eq. 6) merges the unmarked node of smallest degree into
    the neighbour giving the smallest config space, unless (``exact=False``) that space
-   exceeds ``max_configs``: then heuristic elimination (Eq. 7) fixes the config of the
+   exceeds ``max_merged_configs``: then heuristic elimination (Eq. 7) fixes the config of the
    unmarked node of largest degree.
 
 With ``"ldp"`` the loop ends with every component reduced to its marked chain (run
-:func:`tensoropt_py.frontier.ldp.ldp` on them); with ``"elimination"`` everything is
+:func:`tensoropt_py.engine.ldp.ldp` on them); with ``"elimination"`` everything is
 detached.
 """
 
@@ -31,7 +31,7 @@ from .node_elimination import detach, eliminate_node, fold_leaf
 __all__ = ["simplify"]
 
 
-def simplify(g, method, exact, max_configs, heuristic, topological_order, marker=None, on_heuristic=None):
+def simplify(g, method, exact, max_merged_configs, heuristic, topological_order, marker=None, on_heuristic=None):
     """Simplify working graph ``g`` in place; returns the marked chains (``[]`` for elimination).
 
     ``marker``: resume with this chain marking (of ``g``) instead of a fresh one.
@@ -104,7 +104,7 @@ def simplify(g, method, exact, max_configs, heuristic, topological_order, marker
             key = (w in marked, Kx * g.nodes[w].K, w)
             if best is None or key < best:
                 best = key
-        if exact or best[1] <= max_configs:
+        if exact or best[1] <= max_merged_configs:
             merge_nodes(g, x, best[2])
             continue
         # heuristic elimination of the largest-degree unmarked node

@@ -5,7 +5,7 @@
   ``reduce(union_k F(e_hi, w, k) x F(o_i, k) x F(e_ij, k, p))``.
 * :func:`fold_leaf`: a node with a single neighbour j is folded into j exactly:
   ``F(o_j, p) <- F(o_j, p) x reduce(union_k F(o_i, k) x F(e_ij, k, p))``. This is also
-  one step of LDP (Alg. 3, line 6), which is how :mod:`tensoropt_py.frontier.ldp` uses it.
+  one step of LDP (Alg. 3, line 6), which is how :mod:`tensoropt_py.engine.ldp` uses it.
 * :func:`detach`: a node without neighbours becomes a finished one-cell frontier
   ``reduce(union_k F(o_i, k))``.
 

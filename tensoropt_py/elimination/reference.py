@@ -148,7 +148,7 @@ def combine_reference(tables, term_off, term_cells, epsilon=0.0):
 
 
 def reduce_ragged_reference(offsets, memory, time):
-    """Reference of :func:`~tensoropt_py.frontier.algebra.reduce_ragged`.
+    """Reference of :func:`~tensoropt_py.engine.algebra.reduce_ragged`.
 
     Examples
     --------

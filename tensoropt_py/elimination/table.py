@@ -5,7 +5,7 @@ A :class:`FTable` is a ragged set of frontiers, one per *cell* (a config of a no
 parent point in each parent table that produced it (``prov``). Leaf tables stand for the
 original nodes (one point per config: the point index *is* the config) and edges (the
 reduced options of each layout pair; ``options`` maps point -> option index).
-:func:`tensoropt_py.frontier.unroll.unroll` walks provenance back from the final points
+:func:`tensoropt_py.engine.unroll.unroll` walks provenance back from the final points
 to the leaves (TensorOpt §3.2 "Unroll").
 
 Cost arrays of tables that are no longer needed are released (:meth:`FTable.release`);

@@ -6,7 +6,7 @@ A working node has ``K`` configs; its frontier for config ``k`` is the product o
 :func:`~tensoropt_py.elimination.node_elimination.fold_leaf`).
 
 A working edge between ``u`` and ``v`` always has the factored form of a
-:class:`~tensoropt_py.frontier.LayoutEdge`: the frontier of config pair ``(k_u, k_v)`` is
+:class:`~tensoropt_py.engine.LayoutEdge`: the frontier of config pair ``(k_u, k_v)`` is
 cell ``umap[k_u] * B + vmap[k_v]`` of its table. Dense edges simply have identity maps;
 merging nodes (branch elimination) only composes the maps, never copies tables. There is
 at most one edge per node pair: a second one is merged at once (edge elimination, Eq. 5).

@@ -8,7 +8,7 @@ The batched/ragged hot path (many small frontiers combined and reduced per cell)
 :func:`combine_ragged`, backed by the compiled kernel ``_kernels.combine_kernel``;
 :func:`reduce_ragged` reduces many unsorted sets at once. Pure references of both are in
 :mod:`tensoropt_py.elimination.reference` (re-exported as
-:mod:`tensoropt_py.frontier.reference`). The kernel lives in ``elimination/`` because
+:mod:`tensoropt_py.engine.reference`). The kernel lives in ``elimination/`` because
 the eliminations are its main user and ``elimination/`` sits below ``frontier/`` in the
 package layering.
 """

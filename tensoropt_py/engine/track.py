@@ -5,7 +5,7 @@ Guarantees
 * ``exact=True``: no heuristic elimination; the result is exactly the Pareto frontier of
   all strategies (one point per distinct (memory, time) pair), for both methods.
 * ``exact=False``: heuristic elimination (Eq. 7) is used only where branch elimination
-  would give a node more than ``max_configs`` configs; the result is then a subset of
+  would give a node more than ``max_merged_configs`` configs; the result is then a subset of
   achievable strategies that may miss parts of the true frontier.
 * Every returned point is achievable: ``evaluate(cg, fr.choices, fr.edge_choices)``
   gives back ``fr.memory`` and ``fr.time`` (up to float rounding of the summation order).
@@ -39,9 +39,9 @@ from ..errors import InvalidInputError
 from ..elimination.kernels import check_epsilon, resolve_threads
 from .cost_graph import CostGraph
 
-__all__ = ["TrackedFrontier", "track", "DEFAULT_MAX_CONFIGS", "METHODS", "HEURISTIC_CHOICES"]
+__all__ = ["TrackedFrontier", "track", "DEFAULT_MAX_MERGED_CONFIGS", "METHODS", "HEURISTIC_CHOICES"]
 
-DEFAULT_MAX_CONFIGS = 1024
+DEFAULT_MAX_MERGED_CONFIGS = 1024
 METHODS = ("ldp", "elimination")
 HEURISTIC_CHOICES = ("auto", "min_memory", "weighted")
 
@@ -108,7 +108,7 @@ class TrackedFrontier:
     __repr__ = __str__
 
 
-def _validate(cg, method, exact, epsilon, threads, max_configs, heuristic):
+def _validate(cg, method, exact, epsilon, threads, max_merged_configs, heuristic):
     if not isinstance(cg, CostGraph):
         raise InvalidInputError(f"cg must be a CostGraph, got {type(cg).__name__}")
     if method not in METHODS:
@@ -117,8 +117,8 @@ def _validate(cg, method, exact, epsilon, threads, max_configs, heuristic):
         raise InvalidInputError(f"exact must be a bool, got {exact!r}")
     eps = check_epsilon(epsilon)
     threads = resolve_threads(threads)
-    if isinstance(max_configs, bool) or not isinstance(max_configs, (int, np.integer)) or max_configs < 1:
-        raise InvalidInputError(f"max_configs must be an integer >= 1, got {max_configs!r}")
+    if isinstance(max_merged_configs, bool) or not isinstance(max_merged_configs, (int, np.integer)) or max_merged_configs < 1:
+        raise InvalidInputError(f"max_merged_configs must be an integer >= 1, got {max_merged_configs!r}")
     if heuristic not in HEURISTIC_CHOICES:
         raise InvalidInputError(f"heuristic must be one of {HEURISTIC_CHOICES}, got {heuristic!r}")
     return eps, threads
@@ -157,7 +157,7 @@ def finish(g, n_nodes, n_edges):
     return final, choices, edge_choices
 
 
-def _run(cg, method, exact, eps, threads, max_configs, heuristic, fork=False):
+def _run(cg, method, exact, eps, threads, max_merged_configs, heuristic, fork=False):
     """One tracking run. With ``fork`` (``heuristic="auto"``), the state just before the
     first heuristic elimination is snapshotted; the snapshot is then resumed with the
     ``"weighted"`` heuristic (the run itself uses ``heuristic``), which gives exactly what
@@ -175,14 +175,14 @@ def _run(cg, method, exact, eps, threads, max_configs, heuristic, fork=False):
             tab.pinned = True
         snap.append((h, marker.copy(h) if marker is not None else None))
 
-    chains = simplify(g, method, exact, max_configs, heuristic, cg.topological_order,
+    chains = simplify(g, method, exact, max_merged_configs, heuristic, cg.topological_order,
                       on_heuristic=fork_hook if fork else None)
     results = [_finish_run(cg, g, chains)]
     if snap:
         h, marker = snap[0]
         for tab in ctx.tables:
             tab.pinned = False
-        chains = simplify(h, method, exact, max_configs, "weighted", cg.topological_order, marker=marker)
+        chains = simplify(h, method, exact, max_merged_configs, "weighted", cg.topological_order, marker=marker)
         results.append(_finish_run(cg, h, chains))
     return results
 
@@ -211,7 +211,7 @@ def track(
     exact: bool = False,
     epsilon: float = 0.0,
     threads: int | None = None,
-    max_configs: int = DEFAULT_MAX_CONFIGS,
+    max_merged_configs: int = DEFAULT_MAX_MERGED_CONFIGS,
     heuristic: Literal["auto", "min_memory", "weighted"] = "auto",
 ) -> TrackedFrontier:
     """Track the cost frontier of a CostGraph (TensorOpt Alg. 2, FT).
@@ -232,7 +232,7 @@ def track(
     threads : int or None
         Worker threads for the per-config work (None = all cores). The result does not
         depend on it.
-    max_configs : int
+    max_merged_configs : int
         With ``exact=False``, the largest config count a branch elimination may create
         before heuristic elimination is used instead.
     heuristic : {"auto", "min_memory", "weighted"}
@@ -255,7 +255,7 @@ def track(
     Raises
     ------
     InvalidInputError
-        For a bad method, epsilon, threads, max_configs or heuristic.
+        For a bad method, epsilon, threads, max_merged_configs or heuristic.
 
     Examples
     --------
@@ -268,10 +268,10 @@ def track(
     >>> fr.choices.sum(axis=1).tolist()  # how many nodes use their fast config
     [0, 1, 2, 3]
     """
-    eps, threads = _validate(cg, method, exact, epsilon, threads, max_configs, heuristic)
+    eps, threads = _validate(cg, method, exact, epsilon, threads, max_merged_configs, heuristic)
     t0 = _time.perf_counter()
     first = "min_memory" if heuristic in ("auto", "min_memory") else "weighted"
-    runs = _run(cg, method, bool(exact), eps, threads, int(max_configs), first, fork=heuristic == "auto")
+    runs = _run(cg, method, bool(exact), eps, threads, int(max_merged_configs), first, fork=heuristic == "auto")
     mem, tim, ch, ech, depth, stats = runs[0]
     n_heur = stats["heuristic"]
     if len(runs) > 1:
