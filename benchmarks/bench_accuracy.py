@@ -6,9 +6,9 @@
 Steps:
 
 1. **Calibrate** this machine into ``WORKDIR/calibration.json``: the collectives with
-   ``mpiexec -n RANKS python -m mpi4py -m tensoropt_py.cost.calibrate --max-log2 20``, then the
+   ``mpiexec -n RANKS python -m mpi4py -m tensoropt_py.calibrate --max-log2 20``, then the
    operator compute of each model at its 4-device shard shapes with
-   ``mpiexec -n RANKS python -m mpi4py -m tensoropt_py.cost.calibrate --model NAME --devices RANKS
+   ``mpiexec -n RANKS python -m mpi4py -m tensoropt_py.calibrate --model NAME --devices RANKS
    --no-comm``, every rank timing each shard at the same moment and the slowest kept (merged into
    the same file; ``--lone-compute``: one process), and load ``Cluster.preset("cpu-1x4").with_calibration(...)``.
 2. **Plans**: the frontier of each model on the calibrated cluster
@@ -65,7 +65,7 @@ def worker(argv) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("jobs", nargs="+", help="PLAN.json:REPORT.json pairs")
     a = p.parse_args(argv)
-    from tensoropt_py.api import load_model
+    from tensoropt_py.inputs import load_model
     from tensoropt_py.exec.backend import world
     from tensoropt_py.exec.runner import run_plan
 
@@ -111,13 +111,13 @@ def _sh(cmd, nice):
 
 def calibrate(args, cal):
     mpi = ["mpiexec", "-n", args.ranks, sys.executable, "-m", "mpi4py"]
-    if _sh(mpi + ["-m", "tensoropt_py.cost.calibrate", "--out", cal, "--max-log2", args.max_log2, "-q"], args.nice):
+    if _sh(mpi + ["-m", "tensoropt_py.calibrate", "--out", cal, "--max-log2", args.max_log2, "-q"], args.nice):
         raise SystemExit("collective calibration failed")
     for model in args.models:
         # the operator shards are timed on all ranks at once (the load of a training step);
         # --lone-compute times them in one process, as on a machine with a device per rank
         launcher = [sys.executable] if args.lone_compute else mpi
-        if _sh(launcher + ["-m", "tensoropt_py.cost.calibrate", "--model", model, "--devices", args.ranks,
+        if _sh(launcher + ["-m", "tensoropt_py.calibrate", "--model", model, "--devices", args.ranks,
                            "--out", cal, "--no-comm", "--cluster", "cpu-1x4"], args.nice):
             raise SystemExit(f"compute calibration of {model} failed")
 
@@ -139,7 +139,9 @@ def pick(n_points, k, rng):
 def make_plans(args, cal, model):
     import numpy as np
 
-    from tensoropt_py.api import _fingerprint, frontier, load_model, plan_from_choices
+    from tensoropt_py.api import frontier
+    from tensoropt_py.inputs import load_model
+    from tensoropt_py.plan import plan_from_choices
     from tensoropt_py.cluster import Cluster
     from tensoropt_py.cost.builder import build_cost_graph
 
@@ -164,7 +166,7 @@ def make_plans(args, cal, model):
                "mesh": sorted({"x".join(map(str, o.mesh)) for o in plan.operators})}
         try:  # the same strategy under the uncalibrated preset (same configurations, other costs)
             up = plan_from_choices(unc, fr.choices[i], fr.edge_choices[i], model=fr.model, cluster=base.name,
-                                   optimizer=fr.optimizer, fingerprint=_fingerprint(graph))
+                                   optimizer=fr.optimizer, fingerprint=graph.fingerprint())
             same = [a.config for a in plan.operators] == [b.config for b in up.operators]
         except Exception as exc:  # noqa: BLE001
             up, same = None, False

@@ -60,11 +60,12 @@ def dominance(fm, ft, m, t, tol=EPSILON):
 def _run_one(model_name, devices, rnn_small, queue):
     """Child: frontier, then each baseline; sends rows to ``queue`` and re-plots after each."""
     from tensoropt_py import baselines as bl
-    from tensoropt_py.api import frontier, _memory_cap
+    from tensoropt_py.api import frontier
+    from tensoropt_py.inputs import parse_memory_cap
     from tensoropt_py.cluster import Cluster
 
     cluster = Cluster.preset(CLUSTER)
-    cap = _memory_cap(None, cluster)
+    cap = parse_memory_cap(None, cluster)
     model = make_model(model_name, rnn_small)
     t0 = time.perf_counter()
     fr = frontier(model, cluster, devices, epsilon=EPSILON)
@@ -193,11 +194,12 @@ def profile(model_name, counts, rnn_small):
     import matplotlib.pyplot as plt
 
     from tensoropt_py import baselines as bl
-    from tensoropt_py.api import _memory_cap, find_strategy
+    from tensoropt_py.api import find_strategy
+    from tensoropt_py.inputs import parse_memory_cap
     from tensoropt_py.cluster import Cluster
 
     cluster = Cluster.preset(CLUSTER)
-    cap = _memory_cap(None, cluster)
+    cap = parse_memory_cap(None, cluster)
     model = make_model(model_name, rnn_small)
     t0 = time.perf_counter()
     prof = find_strategy(model, cluster, option="profiling", devices=list(counts), epsilon=EPSILON)

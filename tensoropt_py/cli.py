@@ -10,28 +10,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from contextlib import contextmanager
 
+from .cost.optimizer import OPTIMIZERS
 from .errors import InfeasibleError, TensorOptError
+from .inputs import load_cluster, parse_memory_cap
 
 __all__ = ["main"]
-
-
-def _progress(total, desc):
-    from tqdm import tqdm
-
-    # disable=None: a bar on a terminal, silence in pipes and CI logs.
-    return tqdm(total=total, desc=desc, disable=None, leave=False, file=sys.stderr)
-
-
-@contextmanager
-def _stage(desc):
-    bar = _progress(1, desc)
-    try:
-        yield
-    finally:
-        bar.update(1)
-        bar.close()
 
 
 def _add_common(p, *, devices_many=False):
@@ -41,17 +25,25 @@ def _add_common(p, *, devices_many=False):
     if devices_many:
         p.add_argument("--devices", default=None, help="comma-separated device counts (default: all valid counts)")
     else:
-        p.add_argument("--devices", type=int, default=None, help="device count (default: every device)")
+        p.add_argument("--devices", type=int, default=None,
+                       help="device count (default: the devices of one machine; several machines take longer)")
     p.add_argument("--memory-cap", default=None, help='memory per device, e.g. "14.5GB" (default: memory / 1.1)')
     p.add_argument("--method", choices=("ldp", "elimination"), default="ldp")
     p.add_argument("--exact", action="store_true", help="no heuristic elimination: the exact frontier")
     p.add_argument("--epsilon", type=float, default=0.0, help="epsilon-Pareto thinning (0 = off)")
-    p.add_argument("--optimizer", choices=("adam", "sgd", "momentum"), default="adam")
+    p.add_argument("--optimizer", choices=tuple(OPTIMIZERS), default="adam")
+    p.add_argument("--threads", type=int, default=None, help="engine worker threads (default: all cores)")
+    p.add_argument("--cache-dir", default=None,
+                   help="keep frontiers in this folder and reuse them (same model, cluster, devices, options)")
     p.add_argument("--json", default=None, help="write the result as JSON to this path")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
 
 
 def _parser():
-    parser = argparse.ArgumentParser(prog="tensoropt-py", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="tensoropt-py",
+        description="Cost-frontier planning of parallel deep-learning training: every Pareto-optimal "
+                    "(memory per device, time per iteration) strategy of a model on a cluster.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("frontier", help="print the cost frontier and the strategy picked under the memory cap")
@@ -64,13 +56,14 @@ def _parser():
     _add_common(p)
     p.add_argument("--option", choices=("mini_time", "mini_parallelism"), default="mini_time")
     p.add_argument("--refine", choices=("mcmc",), default=None, help="refine with the FlexFlow simulator")
-    p.add_argument("--budget", default="30s",
-                   help="refinement budget: MCMC proposals (e.g. 2000) or wall-clock time (e.g. 30s; default)")
+    p.add_argument("--budget", default=None,
+                   help="refinement budget: MCMC proposals (default 2000; reproducible with --seed) or "
+                        "wall-clock time (e.g. 30s; not reproducible)")
     p.add_argument("--seed", type=int, default=None)
 
     p = sub.add_parser("profile", help="best time per device count (Fig. 8)")
     _add_common(p, devices_many=True)
-    p.add_argument("--plot", default=None)
+    p.add_argument("--plot", default=None, help="write the Fig. 8 style plot (PNG/PDF/SVG)")
 
     sub.add_parser("calibrate", help="measure collective bandwidth and compute tables (run under mpiexec)",
                    add_help=False)
@@ -82,27 +75,51 @@ def _parser():
     return parser
 
 
+def _check_outputs(args):
+    """Fail on a bad output path before minutes of computation, not after."""
+    from pathlib import Path
+
+    from .errors import InvalidInputError
+
+    if getattr(args, "plot", None):
+        from .plot import check_plot_path
+
+        check_plot_path(args.plot)
+    if getattr(args, "json", None):
+        folder = Path(args.json).parent
+        if not folder.is_dir():
+            raise InvalidInputError(f"cannot write {args.json!r}: the folder {str(folder)!r} does not exist")
+
+
+def _default_devices(args, cluster):
+    """One machine's devices unless --devices says otherwise: a frontier over several machines takes longer."""
+    return args.devices if args.devices is not None else cluster.devices_per_machine
+
+
+def _frontier_options(args):
+    return dict(method=args.method, exact=args.exact, epsilon=args.epsilon, optimizer=args.optimizer,
+                threads=args.threads, cache_dir=args.cache_dir, progress=not args.quiet)
+
+
 def _cmd_frontier(args):
     from . import api
+    from .units import format_bytes
 
-    cluster = api.load_cluster(args.cluster)
-    with _stage("building the cost graph and tracking the frontier"):
-        fr = api.frontier(args.model, cluster, args.devices, method=args.method, exact=args.exact,
-                          epsilon=args.epsilon, optimizer=args.optimizer)
-    cap = api._memory_cap(args.memory_cap, cluster)
+    _check_outputs(args)
+    cluster = load_cluster(args.cluster)
+    cap = parse_memory_cap(args.memory_cap, cluster)
+    fr = api.frontier(args.model, cluster, _default_devices(args, cluster), **_frontier_options(args))
     print(fr)
-    print(f"cost graph built in {fr.seconds['build']:.2f} s, frontier tracked in {fr.seconds['track']:.2f} s")
+    print(f"cost graph built in {fr.seconds['build']:.2f} s, frontier tracked in {fr.seconds['track']:.2f} s "
+          f"({fr.accuracy})")
     try:
         picked = fr.index_under(cap)
     except TensorOptError as exc:
         picked = None
         print(f"no strategy fits under the cap: {exc}")
     print(fr.table(mark=picked, limit=args.limit))
-    plan = None
     if picked is not None:
         plan = fr.plan(picked)
-        from .units import format_bytes
-
         print(f"\npicked under a memory cap of {format_bytes(cap)} per device (mini_time):")
         print(plan.summary())
         print(plan.table(limit=12))
@@ -110,13 +127,14 @@ def _cmd_frontier(args):
     if args.baselines:
         from . import baselines as bl
 
-        with _stage("costing the baselines"):
-            baselines = bl.all_baselines(fr.model_cost_graph, cluster, exact=args.exact)
+        if not args.quiet:
+            print("costing the baselines (data parallel, OptCNN, ToFu, SOYBEAN)...", file=sys.stderr, flush=True)
+        baselines = bl.all_baselines(fr.model_cost_graph, cluster, exact=args.exact)
         for name, b in baselines.items():
             if b is not None and hasattr(b, "summary"):
                 print(f"{name}: {b.summary()}")
     if args.plot:
-        fr.plot(args.plot, memory_cap=cap, baselines=baselines)
+        fr.plot(args.plot, memory_cap=cap, baselines=baselines, picked=picked)
         print(f"plot written to {args.plot}")
     if args.json:
         fr.to_json(args.json)
@@ -126,11 +144,12 @@ def _cmd_frontier(args):
 def _cmd_find(args):
     from . import api
 
-    with _stage("searching"):
-        plan = api.find_strategy(args.model, args.cluster, option=args.option, devices=args.devices,
-                                 memory_cap=args.memory_cap, method=args.method, exact=args.exact,
-                                 epsilon=args.epsilon, optimizer=args.optimizer, refine=args.refine,
-                                 budget=args.budget if args.refine else None, seed=args.seed)
+    _check_outputs(args)
+    cluster = load_cluster(args.cluster)
+    devices = _default_devices(args, cluster) if args.option == "mini_time" else args.devices
+    plan = api.find_strategy(args.model, cluster, option=args.option, devices=devices,
+                             memory_cap=args.memory_cap, refine=args.refine,
+                             budget=args.budget if args.refine else None, seed=args.seed, **_frontier_options(args))
     if args.json:  # written before printing, so that a closed stdout (| head) cannot lose it
         plan.to_json(args.json)
     print(plan)
@@ -140,16 +159,17 @@ def _cmd_find(args):
 
 def _cmd_profile(args):
     from . import api
+    from .errors import InvalidInputError
 
+    _check_outputs(args)
     devices = None
     if args.devices:
         try:
             devices = [int(d) for d in args.devices.split(",") if d.strip()]
         except ValueError:
-            raise api.InvalidInputError(f"--devices must be comma-separated integers, got {args.devices!r}") from None
+            raise InvalidInputError(f"--devices must be comma-separated integers, got {args.devices!r}") from None
     prof = api.find_strategy(args.model, args.cluster, option="profiling", devices=devices,
-                             memory_cap=args.memory_cap, method=args.method, exact=args.exact,
-                             epsilon=args.epsilon, optimizer=args.optimizer)
+                             memory_cap=args.memory_cap, **_frontier_options(args))
     print(prof)
     if args.plot:
         prof.plot(args.plot)
@@ -175,7 +195,7 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # calibrate and run parse their own flags (they run under mpiexec).
     if argv and argv[0] == "calibrate":
-        from .cost.calibrate import main as calibrate_main
+        from .calibrate.__main__ import main as calibrate_main
 
         return _guard(lambda: calibrate_main(argv[1:]))
     if argv and argv[0] == "run":
@@ -209,7 +229,7 @@ def _guard(fn) -> int:
 
 def _error(exc):
     """One line on stderr; under mpiexec from rank 0 only (every rank meets the same input error)."""
-    from .cost.calibrate import launcher_rank
+    from .exec.launcher import launcher_rank
 
     if launcher_rank() == 0:
         print(f"tensoropt-py: error: {exc}", file=sys.stderr)

@@ -11,7 +11,7 @@ All quantities are base SI units stored as floats: bytes, bytes/s, FLOP/s, secon
 Measured tables (TensorOpt §3.2 "Improving cost estimation accuracy") are held in
 :class:`CommTable` (collective times per device partitioning and size 2^i) and
 :class:`ComputeTable` (operator times by key); they are produced by
-:mod:`tensoropt_py.cost.calibrate`, stored in a *calibration file* (JSON, see
+:mod:`tensoropt_py.calibrate`, stored in a *calibration file* (JSON, see
 :func:`load_calibration`) and attached with :meth:`Cluster.with_calibration`. The models
 that use them live in :mod:`tensoropt_py.cost.comm` and :mod:`tensoropt_py.cost.compute`.
 
@@ -756,7 +756,7 @@ class Cluster:
 #
 # Link bandwidths are *effective* per-direction bus bandwidths (what a ring collective achieves
 # per device, as nccl-tests reports "busbw"), not line rates; latencies are per algorithm step.
-# Calibrate (tensoropt_py.cost.calibrate) to replace them by measurements.
+# Calibrate (tensoropt_py.calibrate) to replace them by measurements.
 #
 # Devices (NVIDIA datasheets):
 #   V100-SXM2-16GB: 16 GiB HBM2, 900 GB/s, 15.7 TFLOP/s fp32, 125 TFLOP/s fp16 tensor core.

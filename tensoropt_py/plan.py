@@ -14,9 +14,13 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Literal
 
-from .errors import InvalidInputError
+import numpy as np
 
-__all__ = ["Collective", "OperatorPlan", "EdgePlan", "Plan", "ReuseChoice"]
+from .errors import InvalidInputError
+from .space.configs import OpConfig
+from .space.mesh import Mesh
+
+__all__ = ["Collective", "OperatorPlan", "EdgePlan", "Plan", "ReuseChoice", "plan_from_choices", "config_from_plan"]
 
 #: ``EdgePlan.reuse``: the tensor-reuse option chosen on an edge (TensorOpt §4.2), named as in
 #: :data:`tensoropt_py.cost.builder.REUSE_OPTIONS` (``"single"`` where there is nothing to choose).
@@ -243,3 +247,87 @@ class Plan:
 
     def __str__(self):
         return self.summary() + "\n" + self.table(limit=40)
+
+
+def _collectives(path) -> tuple[Collective, ...]:
+    if path is None:
+        return ()
+    out = []
+    for step in path.steps:
+        out.append(Collective(kind=step.kind, groups=tuple(tuple(int(d) for d in g) for g in step.groups),
+                              nbytes=float(step.nbytes), time=float(step.time),
+                              axes=tuple(int(a) for a in step.fine_axes), src=str(step.before), dst=str(step.after)))
+    return tuple(out)
+
+
+def plan_from_choices(mcg, choices, edge_choices, *, model: str, cluster: str, optimizer: str = "adam",
+                      fingerprint: str = "", method: str = "tensoropt") -> Plan:
+    """Decode one CostGraph strategy of ``mcg`` into a :class:`Plan`.
+
+    Parameters
+    ----------
+    mcg : ModelCostGraph
+        What :func:`tensoropt_py.cost.builder.build_cost_graph` returned.
+    choices, edge_choices : array of int
+        The config index of every node and the option of every edge (one frontier point).
+    model, cluster : str
+        Names recorded in the Plan.
+    optimizer : str
+        The optimizer the costs assumed.
+    fingerprint : str
+        The model graph's :meth:`~tensoropt_py.graph.ir.Graph.fingerprint` (computed when empty).
+    method : str
+        Who chose the strategy (``"tensoropt"``, a baseline's name...).
+    """
+    record = mcg.decode(choices, edge_choices)
+    graph = mcg.graph
+    ops = []
+    for rec in record.ops:
+        op = graph.operator(rec.name)
+        cfg = rec.config
+        assignment = tuple((d.name, int(a)) for d, a in zip(op.loop_dims, cfg.assignment) if a >= 0)
+        maps = tuple((use.tensor, tuple(int(a) for a in m)) for use, m in zip(op.uses(), cfg.tensor_maps))
+        ops.append(OperatorPlan(name=rec.name, kind=op.kind.value, mesh=tuple(int(s) for s in cfg.mesh.shape),
+                                assignment=assignment, tensor_maps=maps, memory=rec.memory, time=rec.time,
+                                compute_time=rec.compute_time, communication_time=rec.comm_time, config=str(cfg)))
+    edges = []
+    for rec in record.edges:
+        edges.append(EdgePlan(producer=rec.producer, consumer=rec.consumer, tensor=rec.tensor,
+                              src_layout=str(rec.src), dst_layout=str(rec.dst), forward=_collectives(rec.forward),
+                              backward=_collectives(rec.backward), reuse=rec.reuse, memory=rec.memory, time=rec.time,
+                              rederive=_collectives(rec.rederive)))
+    return Plan(model=model, cluster=cluster, devices=int(mcg.num_devices), operators=tuple(ops), edges=tuple(edges),
+                memory=record.memory, time=record.time, compute_time=record.compute_time,
+                communication_time=record.comm_time,
+                choices=tuple(int(c) for c in np.asarray(choices).ravel()),
+                edge_choices=tuple(int(c) for c in np.asarray(edge_choices).ravel()),
+                model_fingerprint=fingerprint or graph.fingerprint(), optimizer=optimizer, method=method)
+
+
+def config_from_plan(op, op_plan) -> OpConfig:
+    """The :class:`~tensoropt_py.space.configs.OpConfig` an :class:`OperatorPlan` describes.
+
+    Parameters
+    ----------
+    op : Operator
+        The graph operator the plan entry is for.
+    op_plan : OperatorPlan
+    """
+
+    mesh = Mesh(tuple(op_plan.mesh))
+    index = {d.name: i for i, d in enumerate(op.loop_dims)}
+    assignment = [-1] * len(op.loop_dims)
+    for name, ax in op_plan.assignment:
+        if name not in index:
+            raise InvalidInputError(f"plan assigns unknown loop dimension {name!r} of operator {op.name!r}")
+        if not 0 <= int(ax) < mesh.ndim:
+            raise InvalidInputError(f"plan assigns {op.name}.{name} to mesh axis {ax} of {mesh}")
+        assignment[index[name]] = int(ax)
+    fine = []
+    for a, fa in enumerate(mesh.fine_of_axis):
+        lab = assignment.index(a) if a in assignment else -1
+        fine.extend([lab] * len(fa))
+    if mesh.shape == (1,):
+        fine = []
+    maps = tuple(tuple(assignment[index[g[0]]] if g else -1 for g in use.dims) for use in op.uses())
+    return OpConfig(mesh, tuple(assignment), maps, tuple(fine))

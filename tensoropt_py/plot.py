@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 
-__all__ = ["plot_frontier", "plot_frontiers", "plot_profile"]
+__all__ = ["plot_frontier", "plot_frontiers", "plot_profile", "check_plot_path"]
 
 _GB = 1e9
+from .errors import InvalidInputError
 from .units import MEMORY_UNITS as _MEMORY_UNITS
 from .units import TIME_UNITS as _TIME_UNITS
 from .units import display_unit as _unit
@@ -65,17 +67,63 @@ def _finish(fig, ax, path, title):
     return fig
 
 
+def check_plot_path(path) -> Path:
+    """Check, before any long computation, that a figure can be written to ``path``.
+
+    Parameters
+    ----------
+    path : str or Path
+        The file to write; its suffix picks the format.
+
+    Returns
+    -------
+    Path
+
+    Raises
+    ------
+    InvalidInputError
+        The suffix is not a format matplotlib writes, or the folder does not exist.
+
+    Examples
+    --------
+    >>> check_plot_path("frontier.png").suffix
+    '.png'
+    >>> check_plot_path("frontier.docx")
+    Traceback (most recent call last):
+    ...
+    tensoropt_py.errors.InvalidInputError: cannot write a figure to 'frontier.docx': ...
+    """
+    from matplotlib.figure import Figure
+
+    path = Path(path)
+    formats = sorted(Figure().canvas.get_supported_filetypes())
+    suffix = path.suffix.lower().lstrip(".")
+    if suffix not in formats:
+        raise InvalidInputError(f"cannot write a figure to {str(path)!r}: the suffix {path.suffix or '(none)'!r} "
+                                f"is not a figure format; use one of {', '.join('.' + f for f in formats)}")
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise InvalidInputError(f"cannot write a figure to {str(path)!r}: the folder {str(folder)!r} does not exist")
+    return path
+
+
 def plot_frontier(
     frontier,
     *,
     baselines: Mapping[str, object] | None = None,
     memory_cap: float | None = None,
     turning_point: int | None = None,
+    picked: int | None = None,
+    note: str | None = None,
     ax=None,
     path=None,
     title: str | None = None,
 ):
-    """Fig. 6 style: one frontier with its compute and communication time, baselines as points.
+    """Fig. 6 style: one frontier (its two ends, turning point and picked plan marked), baselines as points.
+
+    The time axis spans the frontier and the baselines, not zero: a frontier whose times differ
+    by 15% stays readable. When the frontier has ``compute_time`` and ``communication_time``
+    (and no ``ax`` is given), a second panel below shows them on their own scale.
 
     Parameters
     ----------
@@ -87,8 +135,15 @@ def plot_frontier(
         Drawn as a vertical line (bytes).
     turning_point : int, optional
         Index into the frontier of the point to mark.
+    picked : int, optional
+        Index of the plan picked (e.g. the fastest under the cap), marked.
+    note : str, optional
+        Shown in the corner, e.g. whether the frontier is exact and how approximate.
+    ax : matplotlib Axes, optional
+        Draw the frontier there (one panel only).
     path : str or Path, optional
         Where to save the figure.
+    title : str, optional
 
     Returns
     -------
@@ -99,11 +154,18 @@ def plot_frontier(
     >>> import numpy as np
     >>> from types import SimpleNamespace
     >>> fr = SimpleNamespace(memory=np.array([1e9, 2e9, 4e9]), time=np.array([3.0, 1.5, 1.0]))
-    >>> fig = plot_frontier(fr, memory_cap=3e9, turning_point=1)
+    >>> fig = plot_frontier(fr, memory_cap=3e9, turning_point=1, picked=1, note="exact")
     >>> len(fig.axes)
     1
     """
-    fig, ax = _new_axes(ax)
+    split = [getattr(frontier, a, None) for a in ("compute_time", "communication_time")]
+    two_panels = ax is None and all(v is not None and len(v) == len(frontier.memory) for v in split)
+    if two_panels:
+        plt = _pyplot()
+        fig, (ax, ax_split) = plt.subplots(2, 1, figsize=(6.4, 6.0), sharex=True, height_ratios=(2, 1),
+                                           layout="constrained")
+    else:
+        fig, ax = _new_axes(ax)
     base_items = [(n, b) for n, b in (baselines or {}).items() if b is not None]
     mem_all = [frontier.memory] + [b.memory for _, b in base_items]
     if memory_cap is not None and math.isfinite(memory_cap):
@@ -113,18 +175,21 @@ def plot_frontier(
     mem = np.asarray(frontier.memory, dtype=float) / mu[1]
     time = np.asarray(frontier.time, dtype=float) / tu[1]
     # A step line: with memory x available, the best time is that of the last point left of x.
+    # Many points: markers on a readable subset, the line through all of them.
+    every = max(1, len(mem) // 60)
     ax.step(mem, time, where="post", color="C0", lw=1.5)
-    ax.plot(mem, time, "o", color="C0", ms=4, label="cost frontier (time)")
-    for attr, color, label in (
-        ("compute_time", "C2", "compute time"),
-        ("communication_time", "C1", "communication time"),
-    ):
-        values = getattr(frontier, attr, None)
-        if values is not None and len(values) == len(mem):
-            ax.step(mem, np.asarray(values, dtype=float) / tu[1], ":", where="post", color=color, lw=1.5,
-                    label=f"{label} of each point")
+    ax.plot(mem, time, "o", color="C0", ms=4 if every == 1 else 3, markevery=every,
+            label=f"cost frontier ({len(mem)} points)")
+    if len(mem):
+        ax.plot(mem[0], time[0], "<", ms=10, color="C0", mfc="white", mew=1.8, zorder=5,
+                label=f"least memory {_fmt(mem[0] * mu[1], mu)}, {_fmt(time[0] * tu[1], tu)}")
+        ax.plot(mem[-1], time[-1], ">", ms=10, color="C0", mfc="white", mew=1.8, zorder=5,
+                label=f"fastest {_fmt(time[-1] * tu[1], tu)}, {_fmt(mem[-1] * mu[1], mu)}")
     if turning_point is not None and -len(mem) <= turning_point < len(mem):
         ax.plot(mem[turning_point], time[turning_point], "*", ms=14, color="C3", label="turning point", zorder=5)
+    if picked is not None and -len(mem) <= picked < len(mem):
+        ax.plot(mem[picked], time[picked], "o", ms=13, mfc="none", mew=2.2, color="k", zorder=6,
+                label=f"picked {_fmt(mem[picked] * mu[1], mu)}, {_fmt(time[picked] * tu[1], tu)}")
     markers = iter(["s", "D", "^", "v", "P", "<", ">", "X", "h"])
     colors = iter(f"C{i}" for i in range(4, 10))
     for name, base in base_items:
@@ -137,11 +202,27 @@ def plot_frontier(
             # Hollow markers: baselines often coincide (e.g. Mesh-TF's only point = data parallel).
             ax.plot(bm, bt, next(markers, "o"), ms=9, mfc="none", mew=1.8, color=color, label=name, zorder=4)
     if memory_cap is not None and math.isfinite(memory_cap):
-        ax.axvline(memory_cap / mu[1], color="k", ls="--", lw=1, label=f"memory cap {_fmt(memory_cap, mu)}")
-    ax.set_ylim(bottom=0)
-    ax.set_xlabel(f"memory per device ({mu[0]})")
+        for a in (ax, ax_split) if two_panels else (ax,):
+            a.axvline(memory_cap / mu[1], color="k", ls="--", lw=1,
+                      label=f"memory cap {_fmt(memory_cap, mu)}" if a is ax else None)
+    ax.margins(y=0.08)
     ax.set_ylabel(f"per-iteration time ({tu[0]})")
-    ax.legend(fontsize=8, loc="best", framealpha=0.9)
+    if note:
+        ax.text(0.99, 0.98, note, transform=ax.transAxes, ha="right", va="top", fontsize=8,
+                bbox=dict(boxstyle="round", fc="white", ec="0.7", alpha=0.9))
+    ax.legend(fontsize=8, loc="upper right" if not note else "center right", framealpha=0.9)
+    bottom = ax
+    if two_panels:
+        su = _unit(split, _TIME_UNITS)
+        for values, color, label in zip(split, ("C2", "C1"), ("compute time", "communication time")):
+            ax_split.step(mem, np.asarray(values, dtype=float) / su[1], where="post", color=color, lw=1.5,
+                          label=f"{label} of each point")
+        ax_split.set_ylabel(f"time ({su[0]})")
+        ax_split.set_ylim(bottom=0)
+        ax_split.legend(fontsize=8, loc="best", framealpha=0.9)
+        ax_split.grid(True, which="both", alpha=0.3)
+        bottom = ax_split
+    bottom.set_xlabel(f"memory per device ({mu[0]})")
     return _finish(fig, ax, path, title)
 
 

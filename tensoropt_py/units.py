@@ -51,6 +51,7 @@ __all__ = [
     "format_rate",
     "format_flops",
     "format_time",
+    "describe_bytes",
 ]
 
 _NUMBER = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
@@ -389,6 +390,24 @@ def format_time(seconds, *, digits=3):
 #: Display units (name, size in base units), ascending, for tables and plot axes.
 MEMORY_UNITS = (("B", 1.0), ("kB", 1e3), ("MB", 1e6), ("GB", 1e9), ("TB", 1e12))
 TIME_UNITS = (("us", 1e-6), ("ms", 1e-3), ("s", 1.0))
+
+
+def describe_bytes(nbytes: float) -> str:
+    """Bytes for messages: short, but precise enough to tell a cap from the memory it misses.
+
+    Parameters
+    ----------
+    nbytes : float
+
+    Examples
+    --------
+    >>> describe_bytes(15.6e9)
+    '15.6 GB (1.56e+10 bytes)'
+    """
+    for unit, div in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(nbytes) >= div:
+            return f"{nbytes / div:.4g} {unit} ({nbytes:.6g} bytes)"
+    return f"{nbytes:.6g} bytes"
 
 
 def display_unit(arrays, units):

@@ -13,6 +13,7 @@ import pytest
 import tensoropt_py as to
 from tensoropt_py import api
 from tensoropt_py.errors import InfeasibleError, InvalidInputError
+from tensoropt_py.inputs import SAFETY_MARGIN
 from tensoropt_py.engine import brute_force_frontier, evaluate
 
 CLUSTER = "cpu-1x4"
@@ -76,7 +77,7 @@ def test_exact_flag_reports_heuristic_elimination(monkeypatch):
         return dataclasses.replace(real(*args, **kwargs), n_heuristic=3)
 
     monkeypatch.setattr(engine, "track", heuristic_track)
-    fr = to.frontier("mlp", CLUSTER, devices=4)
+    fr = to.frontier("mlp", CLUSTER, devices=4, cache=False)
     assert fr.heuristic_eliminations == 3
     assert not fr.exact
 
@@ -182,7 +183,7 @@ def test_mini_time_default_cap_uses_device_memory():
     cl = to.Cluster.preset(CLUSTER)
     plan = to.find_strategy("mlp", cl, option="mini_time", devices=4)
     fr = to.frontier("mlp", cl, devices=4)
-    assert plan.time == pytest.approx(fr.time[fr.index_under(cl.device.memory / api.SAFETY_MARGIN)])
+    assert plan.time == pytest.approx(fr.time[fr.index_under(cl.device.memory / SAFETY_MARGIN)])
 
 
 # --- mini_parallelism ----------------------------------------------------------------------------
@@ -359,3 +360,26 @@ def test_refine_maps_mcmc_results_without_an_exact_mesh_config(budget):
     plan = to.find_strategy("small_cnn", CLUSTER, devices=4, refine="mcmc", budget=budget, seed=0)
     assert plan.simulated_time is not None and plan.simulated_time > 0
     assert plan.memory <= to.Cluster.preset(CLUSTER).device.memory / 1.1
+
+
+def test_frontier_cache_answers_again_without_tracking(monkeypatch, tmp_path):
+    """A second question on the same model, cluster, devices and options tracks nothing (memory and disk)."""
+    import tensoropt_py.engine as engine
+
+    api.clear_cache()
+    calls = []
+    real = engine.track
+    monkeypatch.setattr(engine, "track", lambda *a, **k: calls.append(1) or real(*a, **k))
+    first = to.frontier("mlp", CLUSTER, devices=4, cache_dir=tmp_path)
+    plans = [to.find_strategy("mlp", CLUSTER, devices=4, memory_cap=float(m), cache_dir=tmp_path)
+             for m in first.memory]
+    assert len(calls) == 1
+    assert [p.time for p in plans] == pytest.approx(list(first.time))
+    other = to.frontier("mlp", CLUSTER, devices=4, epsilon=0.01)  # other options: tracked again
+    assert len(calls) == 2 and other is not first
+    api.clear_cache()  # a new process: the disk copy answers, the cost graph is rebuilt for plans
+    again = to.frontier("mlp", CLUSTER, devices=4, cache_dir=tmp_path)
+    assert len(calls) == 2 and len(list(tmp_path.glob("frontier-*.json"))) == 1
+    np.testing.assert_array_equal(again.choices, first.choices)
+    assert again.plan(0).time == pytest.approx(first.plan(0).time)
+

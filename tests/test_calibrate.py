@@ -1,4 +1,4 @@
-"""tensoropt_py.cost.calibrate and tensoropt_py.cost.compute: measured tables end to end."""
+"""tensoropt_py.calibrate and tensoropt_py.cost.compute: measured tables end to end."""
 
 import json
 import math
@@ -12,15 +12,15 @@ import numpy as np
 import pytest
 
 from tensoropt_py.cluster import COLLECTIVES, Cluster, ComputeTable, load_calibration
-from tensoropt_py.cost.calibrate import (
+from tensoropt_py.calibrate import (
     buffer_elements,
     calibrate_compute,
     color_of,
     machine_ids,
-    main,
     measure,
     partition_plans,
 )
+from tensoropt_py.calibrate.__main__ import main
 from tensoropt_py.cost.comm import CommModel
 from tensoropt_py.cost.compute import ComputeModel
 from tensoropt_py.errors import CalibrationError, InvalidInputError
@@ -43,7 +43,7 @@ needs_mpi = pytest.mark.skipif(MPIEXEC is None or not _have_mpi4py(), reason="ne
 def _run_calibration(n, out, *extra, timeout=120):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    cmd = [MPIEXEC, "-n", str(n), sys.executable, "-m", "mpi4py", "-m", "tensoropt_py.cost.calibrate",
+    cmd = [MPIEXEC, "-n", str(n), sys.executable, "-m", "mpi4py", "-m", "tensoropt_py.calibrate",
            "--out", str(out), *extra]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=out.parent)
 
@@ -190,11 +190,11 @@ def test_measure_validates_and_times():
 
 def test_measure_mean_keeps_the_interruptions(monkeypatch):
     # a fake clock: the fifth call is interrupted for a second (another rank had the core)
-    import tensoropt_py.cost.calibrate as calibrate
+    import tensoropt_py.calibrate.timing as timing
 
     now = [0.0]
     durations = iter([0.001, 0.001, 0.001, 0.001, 1.0] * 2)
-    monkeypatch.setattr(calibrate.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: now[0])
 
     def call():
         now[0] += next(durations)
@@ -315,9 +315,9 @@ class _TwoRankComm:
 
 
 def test_calibrate_compute_on_several_ranks_keeps_the_slowest(monkeypatch):
-    import tensoropt_py.cost.calibrate as calibrate
+    import tensoropt_py.calibrate.operators as operators
 
-    monkeypatch.setattr(calibrate, "measure", lambda fn, repeats, warmup, sync, statistic="median": 0.25)
+    monkeypatch.setattr(operators, "measure", lambda fn, repeats, warmup, sync, statistic="median": 0.25)
     comm = _TwoRankComm()
     table = calibrate_compute({"a": lambda: None, "b": lambda: None}, repeats=3, warmup=0, comm=comm)
     lone = calibrate_compute({"a": lambda: None}, repeats=3, warmup=0)
@@ -341,7 +341,7 @@ def test_compute_calibration_under_mpiexec_times_all_ranks_at_once(tmp_path):
 def test_calibrate_model_compute_feeds_cost_graph(tmp_path):
     pytest.importorskip("torch")
     from tensoropt_py.cost.builder import build_cost_graph
-    from tensoropt_py.cost.calibrate import calibrate_model_compute, model_compute_entries, model_update_entries
+    from tensoropt_py.calibrate import calibrate_model_compute, model_compute_entries, model_update_entries
     from tensoropt_py.cost.operator_cost import compute_dtype, config_compute_keys, local_shapes
     from tensoropt_py.cost.optimizer import update_key
     from tensoropt_py.graph import zoo

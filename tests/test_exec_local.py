@@ -6,7 +6,8 @@ import torch
 from tensoropt_py.errors import InvalidInputError
 from tensoropt_py.exec.local_ops import UnsupportedConfigError, prepare
 from tensoropt_py.exec.measure import expected_collectives, relative_error
-from tensoropt_py.exec.runner import config_from_plan, reference_train, synthetic_batch
+from tensoropt_py.exec.runner import reference_train, synthetic_batch
+from tensoropt_py.plan import config_from_plan
 from tensoropt_py.exec.shard import local_shape, parse_layout, partial_pieces, region, shard
 from tensoropt_py.graph import zoo
 from tensoropt_py.space.configs import enumerate_configs

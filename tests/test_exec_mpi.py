@@ -138,7 +138,7 @@ def test_cli_runs_a_module_factory(tmp_path):
     # --model package.module:factory returning (torch.nn.Module, example_inputs): imported with
     # from_torch on every rank, the same graph the plan was made for
     import tensoropt_py as to
-    from tensoropt_py.api import load_model
+    from tensoropt_py.inputs import load_model
     from tensoropt_py.exec.runner import reference_train
 
     sys.path.insert(0, str(MPI_DIR))

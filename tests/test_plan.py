@@ -78,7 +78,7 @@ def test_plan_bad_files(tmp_path):
     with pytest.raises(InvalidInputError, match="not valid JSON"):
         Plan.from_json(bad)
     with pytest.raises(InvalidInputError, match="format"):
-        Plan.from_json(json.dumps({"format": "tensoropt_py.engine/1"}))
+        Plan.from_json(json.dumps({"format": "tensoropt_py.frontier/1"}))
     with pytest.raises(InvalidInputError, match="lacks the fields"):
         Plan.from_json(json.dumps({"model": "m"}))
 

@@ -34,17 +34,21 @@ def test_fig6_frontier_with_baselines(fr, tmp_path):
     path = tmp_path / "fig6.png"
     base = bl.all_baselines(fr.model_cost_graph, to.Cluster.preset("cpu-1x4"))
     base["Mesh-TensorFlow"] = bl.mesh_tensorflow("mlp", "cpu-1x4", 4)
-    fig = fr.plot(path, memory_cap=float(fr.memory[3]), baselines=base)
+    fig = fr.plot(path, memory_cap=float(fr.memory[3]), baselines=base, picked=3)
     assert _is_png(path)
     ax = fig.axes[0]
     # mlp's frontier needs < 1 MB per device and data parallelism ~3.3 MB: MB, not a column of 0.00x GB
-    assert ax.get_xlabel() == "memory per device (MB)"
+    assert fig.axes[-1].get_xlabel() == "memory per device (MB)"
     assert ax.get_ylabel() == "per-iteration time (ms)"  # data parallelism: 1.2 ms
     assert 1 <= ax.get_xlim()[1] < 1000 and 1 <= ax.get_ylim()[1] < 1000
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    for name in ("cost frontier (time)", "turning point", "data parallel", "OptCNN", "ToFu", "SOYBEAN",
-                 "Mesh-TensorFlow"):
+    for name in ("turning point", "data parallel", "OptCNN", "ToFu", "SOYBEAN", "Mesh-TensorFlow"):
         assert name in labels
+    assert f"cost frontier ({len(fr)} points)" in labels
+    for start in ("least memory", "fastest", "picked"):
+        assert any(label.startswith(start) for label in labels), start
+    note = [t.get_text() for t in ax.texts]
+    assert note == ["exact frontier of the cost model"]
     assert any(label.startswith("memory cap") and "MB" in label for label in labels)
     assert ax.get_title() == "mlp on cpu-1x4 (4 devices)"
 
@@ -55,11 +59,37 @@ def test_fig6_units_follow_data(tmp_path):
     big = SimpleNamespace(memory=np.array([4e9, 8e9, 12e9]), time=np.array([3.0, 1.5, 1.2]),
                           compute_time=np.array([1.0, 1.0, 1.0]), communication_time=np.array([2.0, 0.5, 0.2]))
     fig = plot_frontier(big, path=tmp_path / "big.png", memory_cap=14.5e9, turning_point=1)
-    assert fig.axes[0].get_xlabel() == "memory per device (GB)"
+    assert fig.axes[-1].get_xlabel() == "memory per device (GB)"
     assert fig.axes[0].get_ylabel() == "per-iteration time (s)"
     xs = fig.axes[0].lines[1].get_xdata()  # the frontier's markers, in GB
     np.testing.assert_allclose(xs, [4, 8, 12])
     assert _is_png(tmp_path / "big.png")
+
+
+def test_time_axis_spans_the_frontier_not_zero(tmp_path):
+    """A frontier from 1.17 to 1.37 s must not be squashed flat against an axis from 0."""
+    from types import SimpleNamespace
+
+    narrow = SimpleNamespace(memory=np.linspace(9.6e9, 20.7e9, 200), time=np.linspace(1.37, 1.17, 200),
+                             compute_time=np.full(200, 1.0), communication_time=np.linspace(0.37, 0.17, 200))
+    fig = plot_frontier(narrow, picked=150)
+    low, high = fig.axes[0].get_ylim()
+    assert 1.0 < low < 1.17 and 1.37 < high < 1.6
+    assert len(fig.axes) == 2 and fig.axes[1].get_ylim()[0] == 0  # the split keeps its own scale
+    # 200 points: the markers are a readable subset, the line goes through all of them
+    markers = [line for line in fig.axes[0].lines if line.get_label().startswith("cost frontier")][0]
+    assert markers.get_markevery() > 1
+
+
+def test_plot_path_checked_before_any_work(tmp_path):
+    from tensoropt_py.errors import InvalidInputError
+    from tensoropt_py.plot import check_plot_path
+
+    assert check_plot_path(tmp_path / "ok.svg").suffix == ".svg"
+    with pytest.raises(InvalidInputError, match=r"\.docx.*\.png"):
+        check_plot_path(tmp_path / "fig.docx")
+    with pytest.raises(InvalidInputError, match="does not exist"):
+        check_plot_path(tmp_path / "missing" / "fig.png")
 
 
 def test_fig7_several_frontiers(tmp_path):

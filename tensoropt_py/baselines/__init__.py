@@ -11,7 +11,7 @@
 
 Each takes ``(model, cluster, devices)`` like :func:`tensoropt_py.find_strategy` (or a
 prebuilt ``ModelCostGraph`` through ``cost_graph=``) and returns a :class:`~tensoropt_py.plan.Plan`
-(:func:`mesh_tensorflow`: a :class:`~tensoropt_py.api.Frontier`). The searches reuse the
+(:func:`mesh_tensorflow`: a :class:`~tensoropt_py.model_frontier.Frontier`). The searches reuse the
 engine: a restricted or re-weighted copy of the model's CostGraph is tracked, so
 "minimum time" here is exactly OptCNN's optimum under our cost model.
 """
@@ -26,19 +26,19 @@ __all__ = ["data_parallel", "optcnn", "tofu", "mesh_tensorflow", "soybean", "all
 
 
 def _prepare(model, cluster, devices, cost_graph, optimizer="adam"):
-    from ..api import _check_devices, load_cluster, load_model
+    from ..inputs import check_devices, load_cluster, load_model
     from ..cost.builder import build_cost_graph
 
     cl = load_cluster(cluster)
     if cost_graph is not None:
         return cost_graph, cl
     graph = load_model(model)
-    devices = cl.num_devices if devices is None else _check_devices(devices, cl)
+    devices = cl.num_devices if devices is None else check_devices(devices, cl)
     return build_cost_graph(graph, cl, devices, optimizer=optimizer), cl
 
 
 def _to_plan(mcg, cluster, choices, method, edge_choices=None, key=("time", "memory"), optimizer="adam"):
-    from ..api import plan_from_choices
+    from ..plan import plan_from_choices
 
     choices = np.asarray(choices, dtype=np.int64)
     if edge_choices is None:
@@ -174,10 +174,14 @@ def mesh_tensorflow(model=None, cluster=None, devices=None, *, optimizer="adam",
     """
     from dataclasses import replace
 
-    from ..api import frontier
     from ..cost.builder import FORBIDDEN_TIME
+    from ..inputs import check_devices, load_cluster, load_model
+    from ..model_frontier import compute_frontier
 
-    fr = frontier(model, cluster, devices, optimizer=optimizer, mesh_tensorflow=True, method=method, exact=exact)
+    cl = load_cluster(cluster)
+    n = cl.num_devices if devices is None else check_devices(devices, cl)
+    fr = compute_frontier(load_model(model), cl, n, optimizer=optimizer, mesh_tensorflow=True, method=method,
+                          exact=exact)
     ok = fr.time < FORBIDDEN_TIME
     if not ok.any():
         raise InfeasibleError(f"no Mesh-TensorFlow strategy of {fr.model} on {fr.devices} devices")

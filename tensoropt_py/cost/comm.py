@@ -5,7 +5,7 @@ a profile: for every device partitioning scheme (the concurrent groups a paralle
 configuration creates) the time of each collective is measured at sizes 2^i, 0 <= i <= P,
 and interpolated in between. :class:`CommModel` does exactly that, with two sources of tables:
 
-* **measured** tables from :mod:`tensoropt_py.cost.calibrate` attached to the cluster
+* **measured** tables from :mod:`tensoropt_py.calibrate` attached to the cluster
   (:meth:`~tensoropt_py.cluster.Cluster.with_calibration`), keyed by ``(kind, signature)``
   where the signature is :func:`~tensoropt_py.cluster.group_signature`'s
   ``(group_size, devices_per_machine, concurrent_groups)``;

@@ -3,7 +3,7 @@
 By default a **roofline**: ``max(flops / peak(dtype), bytes_moved / memory_bandwidth) +
 kernel_overhead`` with the cluster's :class:`~tensoropt_py.cluster.DeviceSpec`. When the cluster
 carries a measured :class:`~tensoropt_py.cluster.ComputeTable` (from
-:func:`tensoropt_py.cost.calibrate.calibrate_compute`), a call with a ``key`` present in the
+:func:`tensoropt_py.calibrate.calibrate_compute`), a call with a ``key`` present in the
 table returns the measured seconds instead.
 
 Keys are strings the caller builds so that equal work gets equal keys, e.g.

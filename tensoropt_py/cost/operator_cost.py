@@ -17,7 +17,7 @@ For a configuration of an operator (see :mod:`tensoropt_py.space.configs`):
     and twice that in backward (reading them plus the output gradient, writing the input
     and parameter gradients). When the compute model carries a measured table
     (:meth:`~tensoropt_py.cluster.Cluster.with_calibration`, written by
-    :func:`~tensoropt_py.cost.calibrate.calibrate_model_compute`), a configuration whose
+    :func:`~tensoropt_py.calibrate.calibrate_model_compute`), a configuration whose
     :func:`compute_key` (op kind, attributes, local shard shapes, dtype) is in the table uses
     the measured forward + backward seconds instead. ``t_c`` also holds the optimizer
     update of every trained parameter shard (one elementwise pass over weight, gradient and

@@ -16,7 +16,6 @@ Public API (imported lazily: ``import tensoropt_py.exec`` does not import torch 
 
 _NAMES = {
     "run_plan": "runner", "Executor": "runner", "reference_train": "runner", "synthetic_batch": "runner",
-    "config_from_plan": "runner",
     "Report": "measure", "expected_collectives": "measure", "collective_counts": "measure",
     "make_backend": "backend", "MPIBackend": "backend", "NCCLBackend": "backend", "Backend": "backend",
     "CollectiveRecord": "backend",

@@ -178,6 +178,19 @@ class Backend:
         self._record("broadcast", g, x.numel() * x.element_size(), t0)
         return out
 
+    def send_recv(self, x: torch.Tensor, groups) -> torch.Tensor:
+        """Every member sends ``x`` to its successor in the group and returns its predecessor's."""
+        g = self.group_of(groups)
+        x = x.contiguous()
+        if len(g) == 1:
+            return x.clone()
+        t0 = self._start()
+        i = g.index(self.rank)
+        out = self._send_recv(x, g, groups, g[(i + 1) % len(g)], g[(i - 1) % len(g)])
+        self._finish()
+        self._record("send_recv", g, x.numel() * x.element_size(), t0)
+        return out
+
     def barrier(self):
         raise NotImplementedError
 
@@ -264,6 +277,11 @@ class MPIBackend(Backend):
     def _broadcast(self, x, g, groups, root):
         self.sub(g).Bcast(_buf(x), root=g.index(root))
         return x
+
+    def _send_recv(self, x, g, groups, dst, src):
+        out = torch.empty_like(x)
+        self.comm.Sendrecv(_buf(x), dst, 0, _buf(out), src, 0)
+        return out
 
     def barrier(self):
         self.comm.Barrier()
@@ -358,6 +376,14 @@ class NCCLBackend(Backend):
     def _broadcast(self, x, g, groups, root):
         self.dist.broadcast(x, src=root, group=self._pg(g, groups))
         return x
+
+    def _send_recv(self, x, g, groups, dst, src):
+        out = torch.empty_like(x)
+        pg = self._pg(g, groups)
+        ops = [self.dist.P2POp(self.dist.isend, x, dst, pg), self.dist.P2POp(self.dist.irecv, out, src, pg)]
+        for work in self.dist.batch_isend_irecv(ops):
+            work.wait()
+        return out
 
     def barrier(self):
         torch.cuda.synchronize(self.device)

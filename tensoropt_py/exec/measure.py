@@ -66,7 +66,7 @@ def expected_collectives(plan, graph=None) -> Counter:
                 c[("rederive", s.kind)] += 1
     if graph is not None:
         from ..graph.ir import TensorRole
-        from .runner import config_from_plan
+        from ..plan import config_from_plan
 
         readers = {k: len(v) for k, v in graph.parameter_users().items()}
         for op, op_plan in zip(graph.operators, plan.operators):

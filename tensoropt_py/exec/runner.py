@@ -7,7 +7,7 @@
 What every rank does (TensorOpt §4.2, "System workflow"):
 
 1. **Checks before any work**: the world size equals ``plan.devices``; the plan was made
-   for this model (``plan.model_fingerprint == api._fingerprint(graph)``); a calibration
+   for this model (``plan.model_fingerprint == graph.fingerprint()``); a calibration
    file given with ``--calibration`` exists and reads; every operator's configuration can
    run on local shards (:mod:`.local_ops`, else a ``NotImplementedError`` naming operator
    and configuration); every edge's forward and backward collectives start and end at the
@@ -56,22 +56,22 @@ from dataclasses import dataclass
 
 import torch
 
+from ..cost.optimizer import OPTIMIZERS
 from ..errors import InvalidInputError, TensorOptError
 from ..graph.ir import Graph, OpKind, TensorRole
 from ..graph.torch_ops import init_params, run_graph, torch_dtype
-from ..space.configs import OpConfig
 from ..space.layout import PARTIAL, REPLICATE, Layout
-from ..space.mesh import Mesh, fine_groups
+from ..space.mesh import fine_groups
 from .backend import Backend, make_backend, world
 from .local_ops import LocalOp, prepare
 from .reschedule_exec import reschedule, run_steps, steps_from_collectives, steps_from_path
 from .measure import Report, collective_counts, expected_collectives
+from ..plan import config_from_plan
 from .shard import gather_full, place_coordinate, shard
 
-__all__ = ["run_plan", "Executor", "Report", "synthetic_batch", "reference_train", "config_from_plan",
+__all__ = ["run_plan", "Executor", "Report", "synthetic_batch", "reference_train",
            "expected_collectives", "main", "OPTIMIZERS", "make_optimizer"]
 
-OPTIMIZERS = ("sgd", "momentum", "adam")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -169,27 +169,6 @@ def reference_train(graph: Graph, steps: int, seed: int = 0, *, optimizer: str =
 # ----------------------------------------------------------------------------------------------
 # plan -> configs and edges
 # ----------------------------------------------------------------------------------------------
-def config_from_plan(op, op_plan) -> OpConfig:
-    """The :class:`OpConfig` an :class:`~tensoropt_py.plan.OperatorPlan` describes."""
-    mesh = Mesh(tuple(op_plan.mesh))
-    index = {d.name: i for i, d in enumerate(op.loop_dims)}
-    assignment = [-1] * len(op.loop_dims)
-    for name, ax in op_plan.assignment:
-        if name not in index:
-            raise InvalidInputError(f"plan assigns unknown loop dimension {name!r} of operator {op.name!r}")
-        if not 0 <= int(ax) < mesh.ndim:
-            raise InvalidInputError(f"plan assigns {op.name}.{name} to mesh axis {ax} of {mesh}")
-        assignment[index[name]] = int(ax)
-    fine = []
-    for a, fa in enumerate(mesh.fine_of_axis):
-        lab = assignment.index(a) if a in assignment else -1
-        fine.extend([lab] * len(fa))
-    if mesh.shape == (1,):
-        fine = []
-    maps = tuple(tuple(assignment[index[g[0]]] if g else -1 for g in use.dims) for use in op.uses())
-    return OpConfig(mesh, tuple(assignment), maps, tuple(fine))
-
-
 @dataclass
 class _Edge:
     producer: str
@@ -276,9 +255,10 @@ class Executor:
                  lr: float = 1e-3):
         self.plan, self.graph, self.be = plan, graph, backend
         self.seed = int(seed)
-        self.optimizer_name = optimizer or (plan.optimizer if plan.optimizer in OPTIMIZERS else "adam")
+        self.optimizer_name = optimizer or plan.optimizer
         if self.optimizer_name not in OPTIMIZERS:
-            raise InvalidInputError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
+            raise InvalidInputError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer_name!r}"
+                                    + ("" if optimizer else " (the plan's optimizer)"))
         self.lr = float(lr)
         self.n = int(plan.devices)
         self.rank = backend.rank
@@ -591,14 +571,13 @@ def _saved_bytes(tensors, exclude) -> int:
 # entry points
 # ----------------------------------------------------------------------------------------------
 def _validate(plan, graph, size: int, calibration=None):
-    from ..api import _fingerprint
 
     if not isinstance(graph, Graph):
         raise InvalidInputError(f"graph must be a tensoropt_py Graph, got {type(graph).__name__}")
     if int(plan.devices) != int(size):
         raise InvalidInputError(f"the plan is for {plan.devices} devices but the job has {size} ranks "
                                 f"(run it with mpiexec -n {plan.devices})")
-    fp = _fingerprint(graph)
+    fp = graph.fingerprint()
     if plan.model_fingerprint and plan.model_fingerprint != fp:
         raise InvalidInputError(f"the plan was made for another model: its fingerprint {plan.model_fingerprint} "
                                 f"(model {plan.model!r}) is not {fp} (model {graph.name!r})")
@@ -721,7 +700,7 @@ def _parser():
 
 def main(argv=None) -> int:
     """``tensoropt-py run`` (see the module docstring). Rank 0 prints and writes the report."""
-    from ..api import load_model
+    from ..inputs import load_model
     from ..plan import Plan
 
     args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))

@@ -451,6 +451,20 @@ class Graph:
             out[op.kind.value] = out.get(op.kind.value, 0) + 1
         return out
 
+    def fingerprint(self) -> str:
+        """A short hash of the operators and tensors (names, loop dims, shapes, dtypes, roles).
+
+        A Plan records it, so the executor can refuse a plan made for another model.
+        """
+        import hashlib
+
+        h = hashlib.sha256()
+        for op in self.operators:
+            h.update(f"{op.name}|{op.kind.value}|{[(d.name, d.size) for d in op.loop_dims]}".encode())
+        for t in sorted(self.tensors.values(), key=lambda t: t.name):
+            h.update(f"{t.name}|{t.shape}|{t.dtype}|{t.role.value}".encode())
+        return h.hexdigest()[:16]
+
     def summary(self, max_ops: int | None = 20) -> str:
         """A human-readable table: one line per operator (the first ``max_ops``) and totals.
 

@@ -153,11 +153,6 @@ class SoapStrategy:
     def __str__(self):
         return "[" + " | ".join(map(str, self.configs)) + "]"
 
-    def describe(self, graph: Graph) -> str:
-        """One line per operator: ``name: config``."""
-        return "\n".join(f"{op.name}: {c}" for op, c in zip(graph.operators, self.configs))
-
-
 # ------------------------------------------------------------------------------------------------
 # Parallelizable dimensions
 # ------------------------------------------------------------------------------------------------

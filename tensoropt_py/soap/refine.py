@@ -132,11 +132,30 @@ def refine_plan(plan, fr, graph, cluster, *, memory_cap, budget=None, seed=None,
     Returns the plan (in mesh form) with the least simulated time among the frontier's
     plans under ``memory_cap`` and the MCMC result when the latter has a mesh form;
     ``time`` stays the additive estimate, ``simulated_time`` is the simulator's.
+
+    Parameters
+    ----------
+    plan : Plan
+        The frontier's pick under the cap.
+    fr : Frontier
+        The model-level frontier ``plan`` came from.
+    graph : Graph
+    cluster : Cluster
+    memory_cap : float
+        Bytes per device (parsed by the caller).
+    budget : int or str, optional
+        See :func:`parse_budget`.
+    seed : int, optional
+        MCMC seed (see :func:`tensoropt_py._random.as_generator`).
+    candidates : int
+        Frontier plans under the cap simulated as starting points.
     """
-    from ..api import plan_from_choices
     from ..baselines import best_edge_options
-    from .search import search
+    from ..plan import plan_from_choices
+    from .search import _cap, search
     from .simulator import Simulator
+
+    memory_cap = _cap(memory_cap)
 
     iterations, seconds = parse_budget(budget)
     devices = fr.devices

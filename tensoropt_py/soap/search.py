@@ -28,7 +28,6 @@ import numpy as np
 
 from .._random import as_generator
 from ..errors import InfeasibleError, InvalidInputError
-from ..units import parse_bytes
 from .config import ConfigSpace, SoapStrategy, data_parallel
 from .minimize import minimize
 from .simulator import SimResult, Simulator
@@ -42,10 +41,15 @@ class SearchStats(dict):
     ``time_to_best`` (s from the start of the search until the returned strategy was found))."""
 
 
-def _cap(memory_cap):
+def _cap(memory_cap) -> float:
+    """The cap in bytes (inf for None). Callers parse user strings once, at the boundary."""
     if memory_cap is None:
         return math.inf
-    return parse_bytes(memory_cap)
+    if isinstance(memory_cap, bool) or not isinstance(memory_cap, (int, float, np.integer, np.floating)) \
+            or not memory_cap > 0:
+        raise InvalidInputError(f"memory_cap must be a positive number of bytes or None, got {memory_cap!r} "
+                                "(parse sizes like '14.5GB' with tensoropt_py.units.parse_bytes)")
+    return float(memory_cap)
 
 
 def search(
@@ -77,8 +81,8 @@ def search(
     cluster : Cluster
     devices : int, sequence of int or None
         As for :class:`~.simulator.Simulator`.
-    memory_cap : float or str, optional
-        Per-device memory limit (bytes or ``"14.5GB"``).
+    memory_cap : float, optional
+        Per-device memory limit in bytes (None: no limit).
     budget : int
         Total number of proposals, split equally between the initial candidates.
     seed : None, int or Generator

@@ -78,7 +78,6 @@ __all__ = [
     "config_key",
     "splittable_dims",
     "logical_dims",
-    "use_dim_map",
 ]
 
 
@@ -161,12 +160,6 @@ def _dim_map_items(names, use):
 @lru_cache(maxsize=1 << 18)
 def _use_layout_cached(sizes, fine, dmap_items, unindexed):
     return use_layout(sizes, fine, dict(dmap_items), unindexed)
-
-
-def use_dim_map(op: Operator, use) -> dict[int, int]:
-    """Loop dimension index -> tensor dimension it is the outermost factor of, for ``use``."""
-    index = {d.name: i for i, d in enumerate(op.loop_dims)}
-    return {index[group[0]]: j for j, group in enumerate(use.dims) if group}
 
 
 def splittable_dims(op: Operator) -> tuple[int, ...]:

@@ -123,10 +123,6 @@ class Layout:
         return f is not None and all(d % k == 0 for d, k in zip(shape, f))
 
     @property
-    def partial_axes(self) -> tuple[int, ...]:
-        return tuple(a for a, p in enumerate(self.place) if p == PARTIAL)
-
-    @property
     def is_partial(self) -> bool:
         return PARTIAL in self.place
 

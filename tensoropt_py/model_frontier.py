@@ -1,0 +1,309 @@
+"""The model-level cost frontier: :class:`Frontier` and :func:`compute_frontier`.
+
+:func:`compute_frontier` turns a parsed model graph and cluster into a
+:class:`~tensoropt_py.engine.CostGraph` (:func:`~tensoropt_py.cost.builder.build_cost_graph`),
+tracks it (:func:`~tensoropt_py.engine.track`) and keeps each point's strategy, so
+:meth:`Frontier.plan` decodes any point into a :class:`~tensoropt_py.plan.Plan`. The public
+entry is :func:`tensoropt_py.frontier` (parsing, caching); the baselines use this module directly.
+"""
+
+from __future__ import annotations
+
+import json
+import time as _time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from .errors import InfeasibleError, InvalidInputError
+from .plan import Plan, plan_from_choices
+from .units import MEMORY_UNITS, TIME_UNITS, describe_bytes, display_unit, parse_bytes
+
+__all__ = ["Frontier", "compute_frontier", "turning_point", "Method", "FRONTIER_FORMAT"]
+
+Method = Literal["ldp", "elimination"]
+FRONTIER_FORMAT = "tensoropt_py.frontier/1"
+
+
+def turning_point(memory, time) -> int:
+    """Index of the frontier's turning point (TensorOpt §5.1).
+
+    Definition: normalise memory and time to [0, 1] over the frontier's range; the
+    turning point is the point farthest below the straight line joining the
+    minimum-memory end to the minimum-time end (the "knee", Kneedle's criterion).
+    Left of it, time drops fast as memory grows; right of it, extra memory buys little.
+    With fewer than three points, or when no point lies strictly below the chord (a
+    straight or concave trade-off has no knee), the minimum-time end is returned.
+    Ties go to the point with less memory.
+
+    Examples
+    --------
+    >>> turning_point([1, 2, 3, 4], [10, 2, 1.5, 1.2])
+    1
+    """
+    m = np.asarray(memory, dtype=float).ravel()
+    t = np.asarray(time, dtype=float).ravel()
+    if m.shape != t.shape:
+        raise InvalidInputError(f"memory and time must have the same length, got {m.size} and {t.size}")
+    if m.size == 0:
+        raise InvalidInputError("turning_point of an empty frontier")
+    if m.size < 3 or not (m[-1] > m[0] and t[0] > t[-1]):
+        return int(m.size - 1)
+    mn = (m - m[0]) / (m[-1] - m[0])
+    tn = (t - t[-1]) / (t[0] - t[-1])
+    # The chord runs from (0, 1) to (1, 0): distance below it is proportional to 1 - mn - tn.
+    below = 1.0 - mn - tn
+    best = int(np.argmax(below))
+    # No point strictly below the chord (a straight or concave trade-off): no knee.
+    return best if below[best] > 1e-12 else int(m.size - 1)
+
+
+@dataclass(frozen=True, eq=False)
+class Frontier:
+    """The cost frontier of a model on a cluster at one device count.
+
+    Attributes
+    ----------
+    memory, time : ndarray (P,)
+        Per device (bytes) and per iteration (seconds); memory ascending, time strictly descending.
+    compute_time, communication_time : ndarray (P,)
+        The two parts of ``time``.
+    choices, edge_choices : ndarray (P, n_nodes), (P, n_edges)
+        The CostGraph strategy of each point.
+    devices : int
+    model, cluster : str
+    exact : bool
+        True when the engine guarantees these are exactly the Pareto-optimal points of
+        the cost model (no heuristic elimination and no epsilon thinning happened).
+    cost_graph : CostGraph or None
+        The graph the frontier was tracked on (None after :meth:`from_json`).
+    """
+
+    memory: np.ndarray
+    time: np.ndarray
+    compute_time: np.ndarray
+    communication_time: np.ndarray
+    choices: np.ndarray
+    edge_choices: np.ndarray
+    devices: int
+    model: str
+    cluster: str
+    exact: bool = False
+    epsilon: float = 0.0
+    heuristic_eliminations: int = 0
+    seconds: dict = field(default_factory=dict)
+    model_cost_graph: Any = field(default=None, repr=False)
+    model_fingerprint: str = ""
+    optimizer: str = "adam"
+
+    @property
+    def cost_graph(self):
+        return None if self.model_cost_graph is None else self.model_cost_graph.cost_graph
+
+    def __len__(self):
+        return int(self.memory.shape[0])
+
+    @property
+    def turning_point(self) -> int:
+        """Index of the turning point (see :func:`turning_point`)."""
+        return turning_point(self.memory, self.time)
+
+    def plan(self, i: int) -> Plan:
+        """The full :class:`Plan` of frontier point ``i``."""
+        if not -len(self) <= i < len(self):
+            raise InvalidInputError(f"frontier point {i} out of range: the frontier has {len(self)} points")
+        if self.model_cost_graph is None:
+            raise InvalidInputError(
+                "this frontier was loaded from JSON without its cost graph; recompute it with "
+                "tensoropt_py.frontier(model, cluster, devices) to get plans"
+            )
+        return plan_from_choices(self.model_cost_graph, self.choices[i], self.edge_choices[i],
+                                 model=self.model, cluster=self.cluster, optimizer=self.optimizer,
+                                 fingerprint=self.model_fingerprint)
+
+    @property
+    def plans(self) -> tuple[Plan, ...]:
+        return tuple(self.plan(i) for i in range(len(self)))
+
+    def index_under(self, memory_cap) -> int:
+        """Index of the fastest point whose memory fits ``memory_cap`` (bytes or "14.5GB")."""
+        cap = float(parse_bytes(memory_cap))
+        fits = np.flatnonzero(self.memory <= cap)
+        if fits.size == 0:
+            smallest = float(self.memory.min())
+            raise InfeasibleError(
+                f"no strategy of {self.model} on {self.devices} devices fits under the memory cap of "
+                f"{describe_bytes(cap)} per device; the smallest memory any strategy needs is {describe_bytes(smallest)}",
+                min_memory=smallest, memory_cap=cap,
+            )
+        # Time strictly decreases along the frontier: the last fitting point is the fastest.
+        return int(fits[-1])
+
+    def pick(self, memory_cap) -> Plan:
+        """The fastest plan whose memory per device fits ``memory_cap``."""
+        return self.plan(self.index_under(memory_cap))
+
+    def table(self, *, mark: int | None = None, limit: int = 40) -> str:
+        """The frontier as a text table (memory per device, seconds per iteration)."""
+        mem_unit, mem_div = display_unit(self.memory, MEMORY_UNITS[1:])
+        t_unit, t_div = display_unit(self.time, TIME_UNITS[1:])
+        lines = [f"{'#':>4}  {'memory ' + mem_unit:>11}  {'time ' + t_unit:>10}  {'compute ' + t_unit:>11}  "
+                 f"{'comm ' + t_unit:>10}"]
+        idx = np.arange(len(self))
+        tp = self.turning_point
+        if len(self) > limit:  # keep both ends, the turning point and the marked point
+            keep = set(np.linspace(0, len(self) - 1, limit).round().astype(int).tolist())
+            keep |= {tp} | ({mark} if mark is not None else set())
+            idx = np.array(sorted(keep))
+        for i in idx:
+            flag = ("  <- picked" if i == mark else "") + ("  (turning point)" if i == tp else "")
+            lines.append(f"{i:>4}  {self.memory[i] / mem_div:>11.3f}  {self.time[i] / t_div:>10.4f}  "
+                         f"{self.compute_time[i] / t_div:>11.4f}  {self.communication_time[i] / t_div:>10.4f}{flag}")
+        return "\n".join(lines)
+
+    def __str__(self):
+        kind = "exact" if self.exact else "approximate"
+        from .units import format_bytes, format_time
+
+        return (f"Frontier({self.model} on {self.cluster}, {self.devices} devices: {len(self)} points, {kind}, "
+                f"memory {format_bytes(self.memory.min())} - {format_bytes(self.memory.max())} per device, "
+                f"time {format_time(self.time.min())} - {format_time(self.time.max())} per iteration)")
+
+    __repr__ = __str__
+
+    @property
+    def accuracy(self) -> str:
+        """Whether these are exactly the Pareto-optimal points of the cost model, and if not, why."""
+        if self.exact:
+            return "exact frontier of the cost model"
+        why = []
+        if self.epsilon > 0:
+            why.append(f"epsilon={self.epsilon:g} thinning")
+        if self.heuristic_eliminations:
+            why.append(f"{self.heuristic_eliminations} heuristic eliminations")
+        return "approximate: " + (", ".join(why) if why else "restricted space")
+
+    def plot(self, path=None, **kwargs):
+        """Fig. 6 style figure (see :func:`tensoropt_py.plot.plot_frontier`)."""
+        from .plot import plot_frontier
+
+        kwargs.setdefault("turning_point", self.turning_point)
+        kwargs.setdefault("note", self.accuracy)
+        kwargs.setdefault("title", f"{self.model} on {self.cluster} ({self.devices} devices)")
+        return plot_frontier(self, path=path, **kwargs)
+
+    # --- serialisation -------------------------------------------------------------------------
+    def to_json(self, path=None, *, include_plans: bool = False) -> str:
+        data = {
+            "format": FRONTIER_FORMAT,
+            "model": self.model, "cluster": self.cluster, "devices": self.devices,
+            "exact": self.exact, "epsilon": self.epsilon, "heuristic_eliminations": self.heuristic_eliminations,
+            "optimizer": self.optimizer, "model_fingerprint": self.model_fingerprint,
+            "memory": self.memory.tolist(), "time": self.time.tolist(),
+            "compute_time": self.compute_time.tolist(), "communication_time": self.communication_time.tolist(),
+            "choices": self.choices.tolist(), "edge_choices": self.edge_choices.tolist(),
+            "seconds": self.seconds,
+        }
+        if include_plans:
+            data["plans"] = [p.to_dict() for p in self.plans]
+        text = json.dumps(data)
+        if path is not None:
+            Path(path).write_text(text, encoding="utf-8")
+        return text
+
+    @classmethod
+    def from_json(cls, text_or_path) -> "Frontier":
+        text = str(text_or_path)
+        if not text.lstrip().startswith("{"):
+            path = Path(text_or_path)
+            if not path.exists():
+                raise InvalidInputError(f"frontier file {str(path)!r} does not exist")
+            text = path.read_text(encoding="utf-8")
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InvalidInputError(f"frontier is not valid JSON: {exc}") from None
+        if not isinstance(data, dict) or data.get("format") != FRONTIER_FORMAT:
+            fmt = data.get("format") if isinstance(data, dict) else None
+            raise InvalidInputError(f"not a tensoropt_py frontier: format {fmt!r}, expected {FRONTIER_FORMAT!r}")
+        arrays = {k: np.asarray(data[k], dtype=float) for k in ("memory", "time", "compute_time", "communication_time")}
+        n = len(arrays["memory"])
+        return cls(
+            **arrays,
+            choices=np.asarray(data["choices"], dtype=np.int64).reshape(n, -1),
+            edge_choices=np.asarray(data["edge_choices"], dtype=np.int64).reshape(n, -1),
+            devices=int(data["devices"]), model=data["model"], cluster=data["cluster"], exact=bool(data["exact"]),
+            epsilon=float(data["epsilon"]), heuristic_eliminations=int(data["heuristic_eliminations"]),
+            seconds=data.get("seconds", {}), optimizer=data.get("optimizer", "adam"),
+            model_fingerprint=data.get("model_fingerprint", ""),
+        )
+
+
+def compute_frontier(graph, cluster, devices: int, *, method: Method = "ldp", exact: bool = False,
+                     epsilon: float = 0.0, threads: int | None = None, optimizer: str = "adam",
+                     mesh_tensorflow: bool = False, max_configs: int | None = None, progress=None) -> Frontier:
+    """The cost frontier of a parsed model on ``devices`` devices of a parsed cluster.
+
+    Parameters
+    ----------
+    graph : Graph
+        The model (see :func:`tensoropt_py.inputs.load_model`).
+    cluster : Cluster
+    devices : int
+        A checked device count (see :func:`tensoropt_py.inputs.check_devices`).
+    method, exact, epsilon, threads
+        Passed to :func:`tensoropt_py.engine.track`.
+    optimizer : {"adam", "momentum", "sgd"}
+        Decides the optimizer-state memory and update time per parameter.
+    mesh_tensorflow : bool
+        Restrict every operator to the machine-shaped mesh (the Mesh-TensorFlow baseline).
+    max_configs : int, optional
+        Keep at most this many configurations per operator (the fastest; None: all).
+    progress : callable, optional
+        Called as ``progress(stage, fraction, elapsed_seconds)`` when a stage starts and ends
+        (stages ``"build"`` and ``"track"``).
+
+    Returns
+    -------
+    Frontier
+
+    Examples
+    --------
+    >>> from tensoropt_py.inputs import load_cluster, load_model
+    >>> fr = compute_frontier(load_model("mlp"), load_cluster("cpu-1x4"), 4)
+    >>> fr.devices, bool(np.all(np.diff(fr.time) < 0))
+    (4, True)
+    """
+    from .cost.builder import build_cost_graph
+    from .engine import track
+
+    note = progress or (lambda stage, fraction, elapsed: None)
+    t0 = _time.perf_counter()
+    note("build", 0.0, 0.0)
+    mcg = build_cost_graph(graph, cluster, devices, optimizer=optimizer, mesh_tensorflow=mesh_tensorflow,
+                           max_configs=max_configs)
+    t1 = _time.perf_counter()
+    note("build", 1.0, t1 - t0)
+    note("track", 0.0, 0.0)
+    tracked = track(mcg.cost_graph, method=method, exact=exact, epsilon=epsilon, threads=threads)
+    t2 = _time.perf_counter()
+    note("track", 1.0, t2 - t1)
+    choices = np.asarray(tracked.choices, dtype=np.int64)
+    compute = np.zeros(len(tracked.memory))
+    for i, costs in enumerate(mcg.node_costs):
+        compute += np.asarray(costs)[choices[:, i], 2]
+    time = np.asarray(tracked.time, dtype=float)
+    # Any heuristic elimination, epsilon thinning, a config cap or the Mesh-TensorFlow
+    # restriction make the result not the exact frontier of the model's space.
+    heuristic = int(tracked.n_heuristic)
+    return Frontier(
+        memory=np.asarray(tracked.memory, dtype=float), time=time, compute_time=compute,
+        communication_time=np.maximum(time - compute, 0.0), choices=choices,
+        edge_choices=np.asarray(tracked.edge_choices, dtype=np.int64), devices=devices, model=graph.name,
+        cluster=cluster.name, epsilon=float(epsilon),
+        exact=bool(heuristic == 0 and epsilon == 0 and not mesh_tensorflow and max_configs is None),
+        heuristic_eliminations=heuristic, seconds={"build": t1 - t0, "track": t2 - t1},
+        model_cost_graph=mcg, model_fingerprint=graph.fingerprint(), optimizer=optimizer,
+    )
