@@ -62,7 +62,8 @@ class Progress:
             if stage != self._stage:
                 self._stage, self._started = stage, time.perf_counter() - elapsed
             self._fraction = float(fraction)
-            self._emit(self._line())
+            if self.tty:  # through a pipe only the heartbeat and the end of a stage are written
+                self._emit(self._line())
         if self._thread is None:
             self._thread = threading.Thread(target=self._beat, daemon=True)
             self._thread.start()

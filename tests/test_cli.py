@@ -105,7 +105,7 @@ def test_profile(capsys, tmp_path):
     ],
 )
 def test_bad_input_one_line_exit_2(capsys, argv, words):
-    code, out, err = run(capsys, *argv)
+    code, out, err = run(capsys, *argv, "--quiet") if argv[0] != "show" else run(capsys, *argv)
     assert code == 2
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("tensoropt-py: error: "), err
@@ -115,10 +115,42 @@ def test_bad_input_one_line_exit_2(capsys, argv, words):
 
 
 def test_infeasible_exit_1(capsys):
+    from tensoropt_py import api
+
+    api.clear_cache()
     code, out, err = run(capsys, "find", *SMALL, "--devices", "4", "--memory-cap", "1kB")
     assert code == 1
     lines = err.strip().splitlines()
-    assert len(lines) == 1 and "smallest memory any strategy needs" in lines[0] and "1 kB" in lines[0]
+    # progress lines first (stderr is not a terminal: one line per finished stage), the error last
+    assert lines[-1].startswith("tensoropt-py: error: ") and sum("error" in line for line in lines) == 1
+    assert "smallest memory any strategy needs" in lines[-1] and "1 kB" in lines[-1]
+
+
+def test_progress_lines_through_a_pipe(capsys):
+    from tensoropt_py import api
+
+    api.clear_cache()
+    code, out, err = run(capsys, "frontier", *SMALL, "--devices", "2")
+    assert code == 0
+    assert "mlp on 2 devices of cpu-1x4: build: done in" in err and "track: done in" in err
+    api.clear_cache()
+    code, out, err = run(capsys, "frontier", *SMALL, "--devices", "2", "--quiet")
+    assert code == 0 and err == ""
+
+
+def test_bad_plot_path_fails_before_computing(capsys, monkeypatch, tmp_path):
+    from tensoropt_py import api
+
+    monkeypatch.setattr(api, "frontier", lambda *a, **k: pytest.fail("computed before checking --plot"))
+    code, out, err = run(capsys, "frontier", *SMALL, "--plot", str(tmp_path / "fig.docx"))
+    assert code == 2 and "fig.docx" in err and ".png" in err
+    code, out, err = run(capsys, "profile", *SMALL, "--plot", str(tmp_path / "no" / "fig.png"))
+    assert code == 2 and "does not exist" in err
+
+
+def test_default_devices_is_one_machine(capsys):
+    code, out, err = run(capsys, "frontier", "--model", "mlp", "--cluster", "v100-2x8", "--quiet", "--limit", "3")
+    assert code == 0 and "8 devices" in out
 
 
 def test_show_rejects_non_plan(capsys, tmp_path):
