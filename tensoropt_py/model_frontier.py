@@ -18,7 +18,7 @@ from typing import Any, Literal
 import numpy as np
 
 from .errors import InfeasibleError, InvalidInputError
-from .plan import Plan, plan_from_choices
+from .plan import Plan, plan_from_choices, read_json
 from .units import MEMORY_UNITS, TIME_UNITS, describe_bytes, display_unit, parse_bytes
 
 __all__ = ["Frontier", "compute_frontier", "turning_point", "Method", "FRONTIER_FORMAT"]
@@ -215,16 +215,7 @@ class Frontier:
 
     @classmethod
     def from_json(cls, text_or_path) -> "Frontier":
-        text = str(text_or_path)
-        if not text.lstrip().startswith("{"):
-            path = Path(text_or_path)
-            if not path.exists():
-                raise InvalidInputError(f"frontier file {str(path)!r} does not exist")
-            text = path.read_text(encoding="utf-8")
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InvalidInputError(f"frontier is not valid JSON: {exc}") from None
+        data = read_json(text_or_path, "frontier")
         if not isinstance(data, dict) or data.get("format") != FRONTIER_FORMAT:
             fmt = data.get("format") if isinstance(data, dict) else None
             raise InvalidInputError(f"not a tensoropt_py frontier: format {fmt!r}, expected {FRONTIER_FORMAT!r}")

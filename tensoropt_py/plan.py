@@ -29,6 +29,32 @@ ReuseChoice = Literal["single", "both", "producer_copy", "consumer_copy"]
 PLAN_FORMAT = "tensoropt_py.plan/1"
 
 
+def read_json(text_or_path, what: str):
+    """The JSON document in ``text_or_path`` (JSON text, or the path of a file holding it).
+
+    Parameters
+    ----------
+    text_or_path : str or Path
+    what : str
+        What the document is, for error messages (``"plan"``, ``"frontier"``).
+
+    Examples
+    --------
+    >>> read_json('{"a": 1}', "plan")
+    {'a': 1}
+    """
+    text = str(text_or_path)
+    if not text.lstrip().startswith("{"):
+        path = Path(text_or_path)
+        if not path.exists():
+            raise InvalidInputError(f"{what} file {str(path)!r} does not exist")
+        text = path.read_text(encoding="utf-8")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInputError(f"{what} is not valid JSON: {exc}") from None
+
+
 def _tuples(value):
     """Lists (from JSON) back into tuples, recursively."""
     if isinstance(value, list):
@@ -196,17 +222,7 @@ class Plan:
     @classmethod
     def from_json(cls, text_or_path: str | Path) -> "Plan":
         """Load a plan from JSON text or from a file path."""
-        text = str(text_or_path)
-        if not text.lstrip().startswith("{"):
-            path = Path(text_or_path)
-            if not path.exists():
-                raise InvalidInputError(f"plan file {str(path)!r} does not exist")
-            text = path.read_text(encoding="utf-8")
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InvalidInputError(f"plan is not valid JSON: {exc}") from None
-        return cls.from_dict(data)
+        return cls.from_dict(read_json(text_or_path, "plan"))
 
     def with_simulated_time(self, seconds: float) -> "Plan":
         return replace(self, simulated_time=float(seconds))
