@@ -79,6 +79,9 @@ class Frontier:
         the cost model (no heuristic elimination and no epsilon thinning happened).
     cost_graph : CostGraph or None
         The graph the frontier was tracked on (None after :meth:`from_json`).
+    memory_bound_factor : float
+        With epsilon thinning, every point of the exact frontier (of the strategies the run
+        considered) has a point here with no more time and at most this factor times its memory.
     """
 
     memory: np.ndarray
@@ -97,6 +100,7 @@ class Frontier:
     model_cost_graph: Any = field(default=None, repr=False)
     model_fingerprint: str = ""
     optimizer: str = "adam"
+    memory_bound_factor: float = 1.0
 
     @property
     def cost_graph(self):
@@ -180,7 +184,8 @@ class Frontier:
             return "exact frontier of the cost model"
         why = []
         if self.epsilon > 0:
-            why.append(f"epsilon={self.epsilon:g} thinning")
+            why.append(f"epsilon={self.epsilon:g}, memory within {self.memory_bound_factor:.3g}x "
+                       "of the exact frontier's at equal time")
         if self.heuristic_eliminations:
             why.append(f"{self.heuristic_eliminations} heuristic eliminations")
         return "approximate: " + (", ".join(why) if why else "restricted space")
@@ -201,6 +206,7 @@ class Frontier:
             "model": self.model, "cluster": self.cluster, "devices": self.devices,
             "exact": self.exact, "epsilon": self.epsilon, "heuristic_eliminations": self.heuristic_eliminations,
             "optimizer": self.optimizer, "model_fingerprint": self.model_fingerprint,
+            "memory_bound_factor": self.memory_bound_factor,
             "memory": self.memory.tolist(), "time": self.time.tolist(),
             "compute_time": self.compute_time.tolist(), "communication_time": self.communication_time.tolist(),
             "choices": self.choices.tolist(), "edge_choices": self.edge_choices.tolist(),
@@ -229,6 +235,7 @@ class Frontier:
             epsilon=float(data["epsilon"]), heuristic_eliminations=int(data["heuristic_eliminations"]),
             seconds=data.get("seconds", {}), optimizer=data.get("optimizer", "adam"),
             model_fingerprint=data.get("model_fingerprint", ""),
+            memory_bound_factor=float(data.get("memory_bound_factor", 1.0)),
         )
 
 
@@ -297,4 +304,5 @@ def compute_frontier(graph, cluster, devices: int, *, method: Method = "ldp", ex
         exact=bool(heuristic == 0 and epsilon == 0 and not mesh_tensorflow and max_configs is None),
         heuristic_eliminations=heuristic, seconds={"build": t1 - t0, "track": t2 - t1},
         model_cost_graph=mcg, model_fingerprint=graph.fingerprint(), optimizer=optimizer,
+        memory_bound_factor=float(tracked.memory_bound_factor),
     )

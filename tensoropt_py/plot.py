@@ -11,6 +11,7 @@ the unit is written in the axis label.
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -207,10 +208,9 @@ def plot_frontier(
                       label=f"memory cap {_fmt(memory_cap, mu)}" if a is ax else None)
     ax.margins(y=0.08)
     ax.set_ylabel(f"per-iteration time ({tu[0]})")
-    if note:
-        ax.text(0.99, 0.98, note, transform=ax.transAxes, ha="right", va="top", fontsize=8,
-                bbox=dict(boxstyle="round", fc="white", ec="0.7", alpha=0.9))
-    ax.legend(fontsize=8, loc="upper right" if not note else "center right", framealpha=0.9)
+    legend = ax.legend(fontsize=8, loc="best", framealpha=0.9,
+                       title=None if not note else textwrap.fill(note, 38), title_fontsize=8)
+    legend.get_title().set_multialignment("left")
     bottom = ax
     if two_panels:
         su = _unit(split, _TIME_UNITS)

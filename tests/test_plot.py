@@ -47,8 +47,7 @@ def test_fig6_frontier_with_baselines(fr, tmp_path):
     assert f"cost frontier ({len(fr)} points)" in labels
     for start in ("least memory", "fastest", "picked"):
         assert any(label.startswith(start) for label in labels), start
-    note = [t.get_text() for t in ax.texts]
-    assert note == ["exact frontier of the cost model"]
+    assert ax.get_legend().get_title().get_text() == "exact frontier of the cost model"
     assert any(label.startswith("memory cap") and "MB" in label for label in labels)
     assert ax.get_title() == "mlp on cpu-1x4 (4 devices)"
 
