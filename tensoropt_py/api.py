@@ -260,6 +260,10 @@ def find_strategy(
     Returns
     -------
     Plan (mini_time, mini_parallelism) or Profile (profiling)
+        A Plan's ``time`` is the additive estimate the frontier was searched with (TensorOpt
+        Eq. 3); ``simulated_time`` is the same plan simulated on per-device compute and network
+        streams (:func:`~tensoropt_py.soap.plan_simulator.simulate_plan`), where communication
+        overlaps computation.
 
     Raises
     ------
@@ -292,7 +296,7 @@ def find_strategy(
             raise InvalidInputError(f"mini_time takes one device count (a positive int), got {devices!r}")
         fr = frontier(graph, cl, devices, **kw)
         plan = fr.pick(cap)
-        return _refine(plan, fr, graph, cl, cap, budget, seed) if refine else plan
+        return _refine(plan, fr, graph, cl, cap, budget, seed) if refine else _simulated(plan, graph)
 
     counts = device_counts(devices, cl)
     if option == "mini_parallelism":
@@ -303,7 +307,7 @@ def find_strategy(
                 smallest, at = float(fr.memory.min()), n
             if fr.memory.min() <= cap:
                 plan = fr.pick(cap)
-                return _refine(plan, fr, graph, cl, cap, budget, seed) if refine else plan
+                return _refine(plan, fr, graph, cl, cap, budget, seed) if refine else _simulated(plan, graph)
         raise InfeasibleError(
             f"{graph.name} fits on none of the device counts {list(counts)} of {cl.name} under the memory cap of "
             f"{describe_bytes(cap)} per device; the smallest memory any strategy needs is {describe_bytes(smallest)} "
@@ -329,6 +333,13 @@ def find_strategy(
         plans.append(fr.plan(i))
     return Profile(devices=tuple(counts), time=np.asarray(times), memory=np.asarray(mems), memory_cap=cap,
                    model=graph.name, cluster=cl.name, plans=tuple(plans), min_memory=np.asarray(mins))
+
+
+def _simulated(plan, graph):
+    """The plan with its simulated time (compute and communication overlapping) next to the additive one."""
+    from .soap.plan_simulator import simulate_plan
+
+    return plan.with_simulated_time(simulate_plan(plan, graph).time)
 
 
 def _refine(plan, fr, graph, cluster, cap, budget, seed):

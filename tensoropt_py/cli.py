@@ -68,8 +68,14 @@ def _parser():
     sub.add_parser("calibrate", help="measure collective bandwidth and compute tables (run under mpiexec)",
                    add_help=False)
 
-    p = sub.add_parser("show", help="print a saved plan")
+    p = sub.add_parser("show", help="print a saved plan; --plot draws its simulated iteration")
     p.add_argument("plan", help="PLAN.json")
+    p.add_argument("--plot", default=None,
+                   help="draw the simulated per-device timeline of compute and communication (PNG/PDF/SVG)")
+    p.add_argument("--model", default=None,
+                   help="the plan's model for --plot (default: the plan's model name as a zoo spec)")
+    p.add_argument("--report", default=None, help="an executor report (run --report) whose measured time is drawn")
+    p.add_argument("--devices-shown", type=int, default=4, help="devices drawn by --plot (default 4)")
 
     sub.add_parser("run", help="execute a plan over MPI ranks (run under mpiexec)", add_help=False)
     return parser
@@ -186,9 +192,41 @@ def _cmd_profile(args):
 def _cmd_show(args):
     from .plan import Plan
 
+    if args.plot:
+        from .plot import check_plot_path
+
+        check_plot_path(args.plot)
     plan = Plan.from_json(args.plan)
     print(plan.summary())
     print(plan.table())
+    if args.plot:
+        _plot_simulated(plan, args)
+
+
+def _plot_simulated(plan, args):
+    import json
+
+    from .errors import InvalidInputError
+    from .inputs import load_model
+    from .plan import read_json
+    from .plot import plot_timeline
+    from .soap.plan_simulator import simulate_plan
+
+    try:
+        graph = load_model(args.model or plan.model)
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"--plot needs the plan's model: pass --model ({exc})") from None
+    measured = None
+    if args.report:
+        try:
+            measured = float(read_json(args.report, "executor report")["time"]["measured"])
+        except (KeyError, TypeError, ValueError, json.JSONDecodeError):
+            raise InvalidInputError(f"{args.report!r} is not an executor report (run ... --report)") from None
+    sim = simulate_plan(plan, graph)
+    plot_timeline(sim, devices=args.devices_shown, measured_time=measured, path=args.plot,
+                  title=f"{plan.model} on {plan.devices} devices of {plan.cluster}: one simulated iteration")
+    print(f"simulated iteration {sim.time * 1e3:.4g} ms (additive estimate {sim.additive_time * 1e3:.4g} ms"
+          + ("" if measured is None else f", measured {measured * 1e3:.4g} ms") + f"); plot written to {args.plot}")
 
 
 def main(argv=None) -> int:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["plot_frontier", "plot_frontiers", "plot_profile", "check_plot_path"]
+__all__ = ["plot_frontier", "plot_frontiers", "plot_profile", "plot_timeline", "check_plot_path"]
 
 _GB = 1e9
 from .errors import InvalidInputError
@@ -295,4 +295,67 @@ def plot_profile(
     ax.set_ylim(0, top * 1.1)
     ax.set_ylabel(f"best per-iteration time ({tu[0]})")
     ax.legend(fontsize=8)
+    return _finish(fig, ax, path, title)
+
+
+_PHASE_COLORS = {"forward": "C0", "backward": "C2", "gradient sync": "C1", "rederive": "C4"}
+
+
+def plot_timeline(simulation, *, devices: int | None = 4, measured_time: float | None = None, ax=None, path=None,
+                  title: str | None = None):
+    """One simulated iteration: the compute and network streams of each device over time.
+
+    Parameters
+    ----------
+    simulation : PlanSimulation
+        What :func:`tensoropt_py.soap.plan_simulator.simulate_plan` returned (``time``,
+        ``additive_time`` and ``events`` with ``device``, ``stream``, ``phase``, ``start``, ``end``).
+    devices : int or None
+        Draw the first this many devices (None: all).
+    measured_time : float, optional
+        The executor's measured iteration time (seconds), drawn as a line.
+    ax : matplotlib Axes, optional
+    path : str or Path, optional
+        Where to save the figure.
+    title : str, optional
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace as E
+    >>> sim = E(time=3.0, additive_time=3.5, events=(E(device=0, stream="compute", phase="forward", start=0.0, end=1.0),
+    ...          E(device=0, stream="network", phase="gradient sync", start=1.0, end=3.0)))
+    >>> fig = plot_timeline(sim)
+    >>> [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    ['device 0 compute', 'device 0 network']
+    """
+    if devices is not None and (isinstance(devices, bool) or not isinstance(devices, int) or devices < 1):
+        raise InvalidInputError(f"devices must be a positive int or None, got {devices!r}")
+    fig, ax = _new_axes(ax, size=(8.0, 3.6))
+    shown = sorted({e.device for e in simulation.events})
+    if devices is not None:
+        shown = shown[:devices]
+    rows = [(d, s) for d in shown for s in ("compute", "network")]
+    tu = _unit([[simulation.time, simulation.additive_time] + ([measured_time] if measured_time else [])],
+               _TIME_UNITS)
+    seen = set()
+    for y, (d, stream) in enumerate(rows):
+        for phase, color in _PHASE_COLORS.items():
+            bars = [(e.start / tu[1], (e.end - e.start) / tu[1]) for e in simulation.events
+                    if e.device == d and e.stream == stream and e.phase == phase]
+            if bars:
+                ax.broken_barh(bars, (y - 0.4, 0.8), facecolors=color, label=None if phase in seen else phase)
+                seen.add(phase)
+    ax.axvline(simulation.time / tu[1], color="k", lw=1.2, label=f"simulated {_fmt(simulation.time, tu)}")
+    ax.axvline(simulation.additive_time / tu[1], color="k", ls=":", lw=1.2,
+               label=f"additive estimate {_fmt(simulation.additive_time, tu)}")
+    if measured_time:
+        ax.axvline(measured_time / tu[1], color="C3", ls="--", lw=1.5, label=f"measured {_fmt(measured_time, tu)}")
+    ax.set_yticks(range(len(rows)), [f"device {d} {s}" for d, s in rows])
+    ax.invert_yaxis()
+    ax.set_xlabel(f"time in the iteration ({tu[0]})")
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), framealpha=0.9, ncols=3)
     return _finish(fig, ax, path, title)

@@ -189,3 +189,17 @@ def test_python_dash_m_entry_point(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0 and "Traceback" not in done.stderr
+
+
+def test_show_plots_the_simulated_iteration(capsys, tmp_path):
+    plan, png = tmp_path / "p.json", tmp_path / "timeline.png"
+    assert cli.main(["find", *SMALL, "--devices", "4", "--json", str(plan), "--quiet"]) == 0
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps({"time": {"predicted": 1e-3, "measured": 2e-3}}))
+    capsys.readouterr()
+    code, out, err = run(capsys, "show", str(plan), "--plot", str(png), "--report", str(report))
+    assert code == 0, err
+    assert png.read_bytes()[:8] == PNG
+    assert "simulated iteration" in out and "measured 2 ms" in out
+    code, out, err = run(capsys, "show", str(plan), "--plot", str(png), "--model", "small_transformer")
+    assert code == 2 and "another model" in err

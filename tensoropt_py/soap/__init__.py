@@ -9,6 +9,7 @@
 True
 """
 
+from .plan_simulator import PlanSimulation, TimelineEvent, simulate_plan
 from .config import (
     ConfigSpace,
     NotSoapError,

@@ -1,10 +1,12 @@
 """Refining frontier plans with the task-graph simulator and MCMC (``find_strategy(refine="mcmc")``).
 
 The frontier's additive cost model cannot see computation overlapping communication
-or operators running concurrently on different devices; the simulator can. The
-refinement converts the frontier's plans under the memory cap to SOAP strategies,
-simulates them, runs the MCMC search seeded with them, and returns the best plan
-*in mesh form* (the form the executor runs) with ``simulated_time`` set.
+or operators running concurrently on different devices; the simulators can. The
+refinement simulates the frontier's plans under the memory cap
+(:func:`~tensoropt_py.soap.plan_simulator.simulate_plan`, which runs any plan), seeds
+FlexFlow's MCMC search with those that have a SOAP form, simulates MCMC's best again in
+mesh form, and returns the plan (in mesh form, the form the executor runs) with the least
+simulated time, ``simulated_time`` set.
 
 Conversion rules (:func:`plan_to_soap`): a mesh config splitting loop dimension ``d`` over
 mesh axis ``a`` becomes SOAP degree ``mesh[a]`` on ``d``; SOAP has no redundant
@@ -21,7 +23,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..errors import InvalidInputError
-from .config import NotSoapError, SoapConfig, SoapStrategy, from_split_factors
+from .config import NotSoapError, SoapStrategy, from_split_factors
 
 __all__ = ["plan_to_soap", "soap_to_choices", "refine_plan", "parse_budget"]
 
@@ -152,29 +154,32 @@ def refine_plan(plan, fr, graph, cluster, *, memory_cap, budget=None, seed=None,
     """
     from ..baselines import best_edge_options
     from ..plan import plan_from_choices
+    from .plan_simulator import simulate_plan
     from .search import _cap, search
-    from .simulator import Simulator
 
     memory_cap = _cap(memory_cap)
 
     iterations, seconds = parse_budget(budget)
     devices = fr.devices
-    sim = Simulator(graph, cluster, devices)
     fits = np.flatnonzero(fr.memory <= memory_cap)
     picks = sorted(set(np.linspace(0, len(fits) - 1, min(candidates, len(fits))).round().astype(int).tolist()))
-    scored = []  # (simulated time, plan, strategy)
+    # Every candidate is scored by simulating the plan itself (partial sums, reuse and all);
+    # the SOAP-expressible ones also seed FlexFlow's MCMC search.
+    scored = []  # (simulated time, plan)
+    seeds = []
     for j in picks:
         p = plan if fits[j] == fr.index_under(memory_cap) else fr.plan(int(fits[j]))
+        scored.append((simulate_plan(p, graph).time, p))
         try:
-            strategy = plan_to_soap(p, graph)
+            seeds.append(plan_to_soap(p, graph))
         except NotSoapError:
-            continue
-        result = sim.simulate(strategy)
-        scored.append((float(result.time), p, strategy))
-    initial = tuple(s for _, _, s in scored)
-    best_strategy, best_result = search(graph, cluster, devices, memory_cap=memory_cap, budget=iterations,
-                                        seed=seed, initial=initial, time_budget=seconds)
+            pass
     notes = []
+    if not seeds:
+        notes.append("no candidate under the cap has a SOAP form (they split reduction dimensions); "
+                     "MCMC started from data parallelism and random strategies")
+    best_strategy, _ = search(graph, cluster, devices, memory_cap=memory_cap, budget=iterations, seed=seed,
+                              initial=tuple(seeds), time_budget=seconds)
     mcg = fr.model_cost_graph
     choices = soap_to_choices(best_strategy, mcg, fallback=plan.choices)
     found = plan_from_choices(mcg, choices, best_edge_options(mcg, choices), model=fr.model, cluster=fr.cluster,
@@ -182,14 +187,6 @@ def refine_plan(plan, fr, graph, cluster, *, memory_cap, budget=None, seed=None,
     if found.memory > memory_cap:
         notes.append(f"MCMC's best in mesh form needs {found.memory / 1e9:.3f} GB per device, over the cap")
     else:
-        try:  # the mesh form of MCMC's best is simulated again: placement may differ from SOAP's
-            scored.append((float(sim.simulate(plan_to_soap(found, graph)).time), found, None))
-        except NotSoapError:
-            notes.append("MCMC's best has no SOAP form once in mesh form")
-    if not scored:
-        raise InvalidInputError(
-            f"refine='mcmc' found no plan of {fr.model} under the cap that the simulator can run: the frontier's "
-            "plans split reduction dimensions, which FlexFlow's SOAP space does not have"
-        )
-    sim_time, chosen, _ = min(scored, key=lambda s: s[0])
-    return replace(chosen, simulated_time=sim_time, notes=chosen.notes + tuple(notes))
+        scored.append((simulate_plan(found, graph).time, found))
+    sim_time, chosen = min(scored, key=lambda s: s[0])
+    return replace(chosen, simulated_time=float(sim_time), notes=chosen.notes + tuple(notes))
