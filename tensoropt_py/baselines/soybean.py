@@ -36,7 +36,9 @@ Operators
   the size of the matrix converted.
 * :class:`Elementwise` (§4.5): aligned only when every input and output has one common
   tiling, and all-replicated is banned (redundant computation).
-* :class:`BatchOnly` (§4.5, "all other operators"): aligned tiling ``P_0`` (the batch).
+* :class:`BatchOnly` (§4.5, "all other operators"): only the batch is split: batched
+  tensors ``P_0``, tensors without the batch dimension (parameters) replicated and their
+  gradients ``red``.
 * :class:`Update` ``W -= lr * dW``: the paper has no formula for the weight update; here
   it is local on ``W``'s tiles, so ``dW`` is converted into ``W``'s tiling
   (``c(t_dW -> t_W) |dW|``). ``dW`` keeps a tiling of its own, and data parallelism's
@@ -49,7 +51,10 @@ ordered by a breadth-first search of the undirected graph ``G'`` (operators link
 they share a matrix: the paper leaves ``G'``'s nodes unspecified) and the DP of Eq. 4-5 runs
 over them one at a time: its state is the tiling of every matrix touched so far and still
 used later (the paper's ``tau_l``). Exhaustive over states, hence exact (tests check it
-against brute force).
+against brute force). The states grow exponentially with the number of live tensors
+(§4.2.2's worst case): when a greedy operator order needs fewer states than the BFS order
+it is used instead, and a graph needing more than :data:`MAX_STATES` states is refused
+(a one-layer transformer block: about 9e8).
 
 k cuts (§4.3, Algorithm 1, Thm 1)
 ---------------------------------
@@ -64,10 +69,10 @@ and :func:`exact_k_cuts` minimises it jointly over ``T^k`` (the oracle for Algor
 Findings, stated precisely (tests check each)
 ---------------------------------------------
 * The recursion counts a conversion at cut ``i`` once per group of cut ``i`` on the group's
-  tile. Reordering the cuts of a tiling (the same permutation for every matrix, Thm 2's
-  "order invariance") leaves ``c_k`` unchanged when every matrix is partitioned (no ``r``)
-  at each cut before its last conversion, e.g. all-partitioned tilings. It does not hold
-  in general: a gradient ``G`` stored ``Rr`` and updated into a weight stored ``rr`` costs
+  tile. Reordering the cuts of a tiling (the same permutation for every tensor: §4.4's
+  "the order of the tiling applied will not influence the total communication cost")
+  leaves ``c_k`` unchanged for tilings without replication (every conversion then moves
+  the same fraction of the whole tensor at whichever cut). It does not hold in general: a gradient ``G`` stored ``Rr`` and updated into a weight stored ``rr`` costs
   ``|G|`` (the outer groups swap halves, the inner copy is free); the same tiling with its
   cuts swapped, ``rR -> rr``, costs ``2|G|``; the ghost area of both on 4 devices is
   ``2|G|`` (each device fetches half). The recursion undercounts the first.
@@ -77,9 +82,12 @@ Findings, stated precisely (tests check each)
   inner cuts convert (a replicated tensor keeps its whole size). Four layers of 16 units,
   batch 12, 4 devices: 2112 elements against the joint 1920 (the §2.2 "batch 300, width
   400" shape with 5 layers: 1.92e6 against 1.68e6).
-* The §2.2 arithmetic (``n x 2 x size``) is not the tiling model's: data parallelism there
-  costs ``2 (n - 1) |W|`` per layer (:func:`section_2_2_traffic` reproduces the paper's
-  numbers; the tests compare both).
+* The §2.2 arithmetic (``n x 2 x size``) is not the tiling model's: data parallelism with
+  replicated gradients costs ``2 (n - 1) |W|`` per layer on 4 devices
+  (:func:`section_2_2_traffic` reproduces the paper's numbers; the tests compare both). On
+  more cuts the cheapest aligned layout of ``dW`` changes once the batch tiles are small
+  (gathering them beats reducing ``W``): §2.2's MLP on 16 devices costs 9.9e6 elements,
+  not ``2 x 15 x 5 x 90000 = 1.35e7``.
 
 Mapping onto this library's configurations
 ------------------------------------------
@@ -103,9 +111,12 @@ The three agree exactly for (A1, A1, A3) -> ``b``, (A2, A3, A2) -> ``o`` and (A3
 ``dX`` uses A1 while the forward uses A3) has no configuration. **Rule:** the dimension
 named by at least two of the three matmuls, else the forward matmul's. An element-wise
 operator takes its forward tiling (its backward's may differ: the same rule with two
-voters), the loss splits the batch, data loading stays data parallel (our space's only
-configuration for it), and biases (vectors, not in SOYBEAN's matrix model) follow their
-layer. Where a rule overrides SOYBEAN's choice, :func:`decode_choices` says so in its notes.
+voters), a batch-only operator (loss, convolution, pooling...) splits its sample
+dimension, data loading stays data parallel (our space's only configuration for it), and
+biases (vectors, not in SOYBEAN's matrix model) follow their layer. Where a rule overrides
+SOYBEAN's choice, and where the decoded configuration was pruned from the cost graph (the
+kept one agreeing on the most fine axes replaces it), :func:`decode_choices` says so in
+its notes.
 
 Examples
 --------
@@ -116,9 +127,9 @@ all-reduce, ``2 |W|``:
 >>> t = {m: ("r" if m.startswith(("W", "dW")) else "R") for m in g.matrix_names}
 >>> tiling_cost(g, t)
 180000.0
->>> r = one_cut(g)
->>> r.cost <= 180000.0, sorted(set(r.tilings.values())) != []
-(True, True)
+>>> r = one_cut(g)  # the input replicated (free: nothing produces it), W column-split
+>>> r.cost, r.text("X0"), r.text("W1"), r.text("dW1")
+(0.0, 'r', 'C', 'C')
 """
 
 from __future__ import annotations
