@@ -389,7 +389,7 @@ def test_zoo_mlp_plan_is_valid_and_costed_by_our_model(mlp4, tmp_path):
     # the configurations are the decoded SOYBEAN tiling (and standalone gives the same plan)
     tg, links = graph_from_model(mcg.graph)
     result = k_cuts(tg, 2)
-    choices, _ = decode_choices(mcg, tg, links, result)
+    choices, _ = decode_choices(mcg, links, result)
     assert plan.choices == tuple(int(c) for c in choices)
     assert bl.soybean("mlp", "cpu-1x4", 4).choices == plan.choices
 
@@ -408,7 +408,7 @@ def test_decoding_the_data_parallel_tiling_gives_data_parallelism(mlp4):
             aligned[op.name] = (None, None)
         else:
             aligned[op.name] = (0, 0)
-    choices, notes = decode_choices(mcg, tg, links, CutResult({}, aligned, 0.0))
+    choices, notes = decode_choices(mcg, links, CutResult({}, aligned, 0.0))
     assert notes == ()
     assert list(choices) == list(mcg.data_parallel_choice())
 
@@ -424,7 +424,7 @@ def test_decoding_rule_majority_then_forward(mlp4):
                       else ("A3", "A3") if op.name.endswith(":dW") else ("A1", "A1")) for op in tg.ops}
     node = mcg.op_names.index("fc1")
     odd = dict(base, **{"fc1:fwd": ("A3", "A1"), "fc1:dX": ("A1", "A2"), "fc1:dW": ("A1", "A3")})
-    choices, notes = decode_choices(mcg, tg, links, CutResult({}, odd, 0.0))
+    choices, notes = decode_choices(mcg, links, CutResult({}, odd, 0.0))
     cfg = mcg.configs[node][choices[node]]
     names = [d.name for d in mcg.graph.operator("fc1").loop_dims]
     assert [names[f] for f in cfg.fine] == ["i", "b"]

@@ -224,7 +224,7 @@ def soybean(model=None, cluster=None, devices=None, *, cost_graph=None, optimize
     k = n.bit_length() - 1
     tg, links = sm.graph_from_model(mcg.graph)
     result = (sm.exact_k_cuts if exact else sm.k_cuts)(tg, k)
-    choices, notes = sm.decode_choices(mcg, tg, links, result)
+    choices, notes = sm.decode_choices(mcg, links, result)
     plan = _to_plan(mcg, cl, choices, "soybean", optimizer=optimizer)
     head = (f"SOYBEAN communication {result.cost:.6g} elements over {k} cut(s)"
             + (f" (per cut {', '.join(f'{d:.6g}' for d in result.deltas)})" if result.deltas else ""))

@@ -1142,12 +1142,21 @@ def _vote(values):
     return values[0], len(values) == 1
 
 
-def decode_choices(mcg, graph: TilingGraph, links, result: CutResult) -> tuple:
+def decode_choices(mcg, links, result: CutResult) -> tuple:
     """Map a SOYBEAN tiling onto configurations of a :class:`~tensoropt_py.cost.builder.ModelCostGraph`.
 
     Cut ``i`` is fine mesh axis ``i`` of the ``2**k`` devices. Per operator and cut the loop
     dimension is the one named by the majority of its SOYBEAN operators' aligned layouts,
     else the forward's (module docstring, "Mapping").
+
+    Parameters
+    ----------
+    mcg : ModelCostGraph
+        The cost graph of the model on ``2**k`` devices.
+    links : tuple
+        From :func:`graph_from_model` of ``mcg.graph``.
+    result : CutResult
+        A k-cut tiling of that SOYBEAN graph (its ``aligned`` layouts are what is decoded).
 
     Returns
     -------
@@ -1155,6 +1164,17 @@ def decode_choices(mcg, graph: TilingGraph, links, result: CutResult) -> tuple:
         ``choices``: config index per node of ``mcg``; ``notes``: one line per operator and
         cut where the SOYBEAN matmuls disagree (the rule decided), and per configuration not
         in ``mcg`` (replaced by the kept configuration agreeing on the most fine axes).
+
+    Examples
+    --------
+    >>> from tensoropt_py.cluster import Cluster
+    >>> from tensoropt_py.cost.builder import build_cost_graph
+    >>> from tensoropt_py.graph import zoo
+    >>> mcg = build_cost_graph(zoo.mlp(batch=8, sizes=(12, 16, 6)), Cluster.preset("cpu-1x4"), 2)
+    >>> tg, links = graph_from_model(mcg.graph)
+    >>> choices, notes = decode_choices(mcg, links, k_cuts(tg, 1))
+    >>> [str(mcg.configs[i][c]) for i, c in enumerate(choices)], notes
+    (['mesh[2] map[0,-1]', 'mesh[2] map[-1,-1,0]', 'mesh[2] map[-1,0]', 'mesh[2] map[-1,0,-1]', 'mesh[2] map[0,-1]'], ())
     """
     import numpy as np
 
