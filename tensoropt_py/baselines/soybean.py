@@ -112,7 +112,9 @@ The three agree exactly for (A1, A1, A3) -> ``b``, (A2, A3, A2) -> ``o`` and (A3
 named by at least two of the three matmuls, else the forward matmul's. An element-wise
 operator takes its forward tiling (its backward's may differ: the same rule with two
 voters), a batch-only operator (loss, convolution, pooling...) splits its sample
-dimension, data loading stays data parallel (our space's only configuration for it), and
+dimension, data loading stays data parallel (our space's only configuration for it: an
+input SOYBEAN replicates for free is all-gathered on our edge after data loading, at a
+cost our model charges), and
 biases (vectors, not in SOYBEAN's matrix model) follow their layer. Where a rule overrides
 SOYBEAN's choice, and where the decoded configuration was pruned from the cost graph (the
 kept one agreeing on the most fine axes replaces it), :func:`decode_choices` says so in
@@ -1067,10 +1069,12 @@ def graph_from_model(graph) -> tuple[TilingGraph, tuple]:
         if kind is OpKind.INPUT:
             links.append(_Link(op.name, "input", (), ()))
             continue
+        roles = {d.kind.value: d.name for d in op.loop_dims}
         if kind is OpKind.LINEAR and len(graph.tensors[op.inputs[0].tensor].shape) == 2 and \
-                dict(op.attrs).get("weight_layout", "oi") == "oi" and len(op.loop_dims) == 3:
+                dict(op.attrs).get("weight_layout", "oi") == "oi" and len(op.loop_dims) == 3 and \
+                {"sample", "reduction", "parameter"} <= set(roles):
             x, w, y = op.inputs[0].tensor, op.params[0].tensor, op.outputs[0].tensor
-            b, i, o = (d.name for d in op.loop_dims)
+            b, i, o = roles["sample"], roles["reduction"], roles["parameter"]
             ops.append(MatMul(op.name + ":fwd", mat(x), mat(w), mat(y), y_t=True))
             names, dims = [op.name + ":fwd"], [{"A1": b, "A2": o, "A3": i}]
             if has_grad(x):
