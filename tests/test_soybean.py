@@ -15,9 +15,9 @@ import pytest
 import tensoropt_py as to
 from tensoropt_py import baselines as bl
 from tensoropt_py.baselines.soybean import (
-    RED, REP, BatchOnly, CutResult, Elementwise, MatMul, TilingGraph, Update, brute_force, conversion_fraction,
+    RED, REP, BatchOnly, Contraction, CutResult, Elementwise, MatMul, TilingGraph, Update, brute_force, conversion_fraction,
     decode_choices, exact_k_cuts, flatten, format_tiling, graph_from_model, k_cuts, matmul_cost, mlp_graph, one_cut,
-    parse_tiling, reorder_cuts, section_2_2_traffic, tiling_cost,
+    conv_layouts, parse_tiling, reorder_cuts, section_2_2_traffic, tiling_cost,
 )
 from tensoropt_py.engine import evaluate
 from tensoropt_py.errors import InvalidInputError
@@ -454,13 +454,38 @@ def test_soybean_refuses_what_it_cannot_model():
         k_cuts(graph_from_model(g)[0], 1)
 
 
-def test_cnn_maps_other_operators_to_batch_only():
-    # §4.5: convolution, pooling and reshapes are split along the batch only here
+def test_cnn_convolutions_split_batch_or_channels_and_the_rest_the_batch():
+    # §4.5: "Tiling on batch dimension leads to data parallelism while tiling on channel
+    # dimensions leads to model parallelism. Tilings on image and kernel dimensions are ...
+    # ignored"; "for all other operators, we only allow partitioning on the batch dimension"
     tg, links = graph_from_model(zoo.small_cnn(batch=4, image_size=12))
     kinds = {link.op: link.kind for link in links}
-    assert kinds["conv1"] == kinds["pool1"] == "batch" and kinds["fc1"] == "linear"
-    conv = [op for op in tg.ops if op.name == "conv1"][0]
-    assert isinstance(conv, BatchOnly) and "conv1.weight" in conv.params and "dconv1.weight" in conv.grads
+    assert kinds["conv1"] == kinds["conv2"] == "conv" and kinds["pool1"] == "batch" and kinds["fc1"] == "linear"
+    for role in ("fwd", "dX", "dW"):
+        for _, *codes, _ in conv_layouts(role):
+            assert set(codes) <= {0, 1, REP, RED}  # batch (0), channels (1), replicated, partial
+    pool = [op for op in tg.ops if op.name == "pool1"][0]
+    assert isinstance(pool, BatchOnly)
     r = k_cuts(tg, 2)
-    assert r.aligned["conv1"] == (0, 0)
-    assert json.dumps({k: list(v) for k, v in r.tilings.items()})
+    assert r.cost == tiling_cost(tg, r.tilings)
+    assert all(a == (0, 0) for name, a in r.aligned.items() if name.startswith(("pool", "flatten", "loss")))
+    with pytest.raises(InvalidInputError, match="role must be"):
+        conv_layouts("bwd")
+
+
+def test_conv_aligned_layouts_by_hand_and_brute_force():
+    # a convolution x [2, 2, 4, 4] (b, ci), w [2, 2, 3, 3] (co, ci), y [2, 2, 4, 4] (b, co):
+    # each aligned layout is free when the tensors are already in it; the input-channel
+    # split leaves y as red partial sums: reduce-scattering it over the channels costs |y|
+    def graph(role="fwd"):
+        return TilingGraph((("x", (2, 2, 4, 4)), ("w", (2, 2, 3, 3)), ("y", (2, 2, 4, 4))),
+                           (Contraction("c", "x", "w", "y", conv_layouts(role), (2, 2, 2)),))
+    g = graph()
+    assert tiling_cost(g, {"x": "P0", "w": "r", "y": "P0"}) == 0       # data parallel
+    assert tiling_cost(g, {"x": "r", "w": "P0", "y": "P1"}) == 0       # output channels
+    assert tiling_cost(g, {"x": "P1", "w": "P1", "y": "r"}) == 2 * 64  # input channels, all-reduce of y
+    for role in ("fwd", "dX", "dW"):
+        assert one_cut(graph(role)).cost == brute_force(graph(role), 1) == 0
+    with pytest.raises(InvalidInputError, match="bad tilings"):
+        TilingGraph((("x", (2, 2)), ("w", (2, 2)), ("y", (2, 2))),
+                    (Contraction("c", "x", "w", "y", (("A1", 5, REP, 0, 0),), (2,)),))

@@ -34,6 +34,9 @@ Operators
   ``A1: X R, Y r -> Z R``, ``A2: X r, Y C -> Z C``, ``A3: X C, Y R -> Z red`` of the
   conversions of X, Y into the layout and of the result into Z's tiling, each scaled by
   the size of the matrix converted.
+* :class:`Contraction`: a multiplication of N-D tensors with a table of aligned layouts;
+  a convolution (§4.5) splits the batch, the output channels or the input channels
+  (``red``), never the image or kernel (:func:`conv_layouts`).
 * :class:`Elementwise` (§4.5): aligned only when every input and output has one common
   tiling, and all-replicated is banned (redundant computation).
 * :class:`BatchOnly` (§4.5, "all other operators"): only the batch is split: batched
@@ -107,7 +110,8 @@ dW           output ``o``             input ``i``        batch ``b``
 ===========  =======================  =================  =================
 
 The three agree exactly for (A1, A1, A3) -> ``b``, (A2, A3, A2) -> ``o`` and (A3, A2, A1) ->
-``i``; any other combination (e.g. ``dX`` replicated while ``X`` is column-split, so that
+``i``; a convolution maps the same way (output channels for ``o``, input channels for
+``i``). Any other combination (e.g. ``dX`` replicated while ``X`` is column-split, so that
 ``dX`` uses A1 while the forward uses A3) has no configuration. **Rule:** the dimension
 named by at least two of the three matmuls, else the forward matmul's. An element-wise
 operator takes its forward tiling (its backward's may differ: the same rule with two
@@ -143,7 +147,7 @@ from dataclasses import dataclass, field
 
 from ..errors import InvalidInputError
 
-__all__ = ["REP", "RED", "MatMul", "Elementwise", "BatchOnly", "Update", "TilingGraph", "CutResult",
+__all__ = ["REP", "RED", "MatMul", "Contraction", "conv_layouts", "Elementwise", "BatchOnly", "Update", "TilingGraph", "CutResult",
            "conversion_fraction", "parse_tiling", "format_tiling", "flatten", "matmul_cost", "op_cost",
            "one_cut", "k_cuts", "exact_k_cuts", "brute_force", "tiling_cost", "tile_graph_sizes",
            "reorder_cuts", "mlp_graph", "graph_from_model", "decode_choices", "section_2_2_traffic",
@@ -269,6 +273,49 @@ class MatMul:
 
 
 @dataclass(frozen=True, slots=True)
+class Contraction:
+    """A multiplication of N-D tensors with its own aligned layouts (§4.5's convolution).
+
+    ``layouts`` lists the aligned layouts as ``(name, x, y, z, extent)``: the basic tilings
+    ``x``, ``y`` need, the tiling ``z`` comes out in (:data:`RED` for partial sums) and the
+    index in ``extents`` of the loop extent the layout halves. A convolution ``y = conv(x,
+    w)`` (``x [b, ci, ...]``, ``w [co, ci, ...]``, ``y [b, co, ...]``) has the batch split
+    ``(x P0, w r -> y P0)``, the output-channel split ``(x r, w P0 -> y P1)`` and the
+    input-channel split ``(x P1, w P1 -> y red)``: :func:`conv_layouts`.
+    """
+
+    name: str
+    x: str
+    y: str
+    z: str
+    layouts: tuple
+    extents: tuple
+
+    @property
+    def matrices(self) -> tuple[str, ...]:
+        return (self.x, self.y, self.z)
+
+
+def conv_layouts(role: str) -> tuple:
+    """Aligned layouts of a convolution's ``"fwd"``, ``"dX"`` or ``"dW"`` multiplication (§4.5).
+
+    Extents are ``(b, co, ci)``. Forward ``y = conv(x, w)``: batch, output channels, input
+    channels (``red``). ``dx = conv^T(dy, w)``: batch, input channels, output channels
+    (``red``). ``dw = corr(dy, x)`` (operands ``dy``, ``x``): output channels, input channels,
+    batch (``red``), the same pattern as a linear layer's three matmuls.
+
+    >>> [name for name, *_ in conv_layouts("dW")]
+    ['A1', 'A2', 'A3']
+    """
+    table = {"fwd": (("A1", 0, REP, 0, 0), ("A2", REP, 0, 1, 1), ("A3", 1, 1, RED, 2)),
+             "dX": (("A1", 0, REP, 0, 0), ("A2", REP, 1, 1, 2), ("A3", 1, 0, RED, 1)),
+             "dW": (("A1", 1, REP, 0, 1), ("A2", REP, 1, 1, 2), ("A3", 0, 0, RED, 0))}
+    if role not in table:
+        raise InvalidInputError(f"convolution role must be 'fwd', 'dX' or 'dW', got {role!r}")
+    return table[role]
+
+
+@dataclass(frozen=True, slots=True)
 class Elementwise:
     """Element-wise operator: aligned when all inputs and outputs share one non-``r`` tiling."""
 
@@ -325,6 +372,8 @@ def _extents(op, shapes) -> tuple[int, ...]:
         m, k = (xs[1], xs[0]) if op.x_t else xs
         n = ys[0] if op.y_t else ys[1]
         return (m, k, n)
+    if isinstance(op, Contraction):
+        return tuple(op.extents)
     if isinstance(op, Update):
         return tuple(shapes[op.weight])
     if isinstance(op, BatchOnly):
@@ -372,7 +421,7 @@ class TilingGraph:
         object.__setattr__(self, "_shapes", shapes)
         names = set()
         for op in self.ops:
-            if not isinstance(op, (MatMul, Elementwise, BatchOnly, Update)):
+            if not isinstance(op, (MatMul, Contraction, Elementwise, BatchOnly, Update)):
                 raise InvalidInputError(f"unknown SOYBEAN operator {op!r}")
             if op.name in names:
                 raise InvalidInputError(f"operator {op.name!r} is declared twice")
@@ -389,6 +438,13 @@ class TilingGraph:
                 if ky != k or shapes[op.z] != (m_, n):
                     raise InvalidInputError(f"matmul {op.name!r}: shapes {shapes[op.x]}{'T' if op.x_t else ''} x "
                                             f"{shapes[op.y]}{'T' if op.y_t else ''} -> {shapes[op.z]} do not match")
+            elif isinstance(op, Contraction):
+                for name, *codes, ext in op.layouts:
+                    bad = [(m, c) for m, c in zip(op.matrices, codes)
+                           if not (c == REP or (c == RED and m == op.z) or 0 <= c < len(shapes[m]))]
+                    if bad or not 0 <= ext < len(op.extents):
+                        raise InvalidInputError(f"contraction {op.name!r}: aligned layout {name!r} has bad tilings "
+                                                f"{bad} or extent {ext}")
             elif isinstance(op, BatchOnly):
                 batch = {m: shapes[m][0] for m in tuple(op.inputs) + tuple(op.outputs)}
                 if len(set(batch.values())) > 1:
@@ -489,6 +545,8 @@ def _halve(shape, letter):
 def _op_halve(op, extents, aligned):
     if isinstance(op, MatMul):
         return _halve(extents, ALIGNED[aligned][3])
+    if isinstance(op, Contraction):
+        return _halve(extents, {name: ext for name, *_, ext in op.layouts}[aligned])
     if isinstance(op, Update):
         return extents
     return _halve(extents, aligned)
@@ -560,6 +618,8 @@ def _op_cost_k(op, graph, seqs, k):
 def _aligned_options(op, extents):
     if isinstance(op, MatMul):
         return [a for a in ALIGNED if extents[ALIGNED[a][3]] % 2 == 0]
+    if isinstance(op, Contraction):
+        return [name for name, *_, ext in op.layouts if extents[ext] % 2 == 0]
     if isinstance(op, Update):
         return [None]
     if isinstance(op, BatchOnly):
@@ -574,6 +634,10 @@ def _cost_fixed(op, letters, sizes, aligned):
         c, _ = matmul_cost(letters[op.x], letters[op.y], letters[op.z], (sizes[op.x], sizes[op.y], sizes[op.z]),
                            x_t=op.x_t, y_t=op.y_t, allowed=(aligned,))
         return c
+    if isinstance(op, Contraction):
+        _, nx, ny, nz, _ = [lay for lay in op.layouts if lay[0] == aligned][0]
+        return (conversion_fraction(letters[op.x], nx) * sizes[op.x] + conversion_fraction(letters[op.y], ny)
+                * sizes[op.y] + conversion_fraction(nz, letters[op.z]) * sizes[op.z])
     if isinstance(op, Update):
         return conversion_fraction(letters[op.grad], letters[op.weight]) * sizes[op.grad]
     c = sum(conversion_fraction(letters[m], aligned) * sizes[m] for m in op.inputs)
@@ -1004,7 +1068,7 @@ class _Link:
     """How a tensoropt operator's loop dimensions map to SOYBEAN tensors / operators."""
 
     op: str
-    kind: str  # "linear" | "unary" | "batch" | "input"
+    kind: str  # "linear" | "conv" | "unary" | "batch" | "input"
     soy_ops: tuple  # SOYBEAN operator names, voting order (forward first)
     dims: tuple  # per SOYBEAN operator: aligned value -> loop dimension name
 
@@ -1019,13 +1083,14 @@ def graph_from_model(graph) -> tuple[TilingGraph, tuple]:
       output ``y``): the matmuls ``y = x w^T``, ``dx = dy w`` (not for the graph input),
       ``dw = dy^T x`` and the :class:`Update` of ``w``. Its bias is a vector, outside
       SOYBEAN's matrix model, and left out;
+    * a convolution (``groups == 1``): the :class:`Contraction` forward, ``dx`` (not for the
+      graph input) and ``dw`` of :func:`conv_layouts` and the update of ``w`` (bias left out);
     * an element-wise unary operator: :class:`Elementwise` forward ``y = f(x)`` and backward
       ``dx = f'(dy, saved)``;
-    * anything else (the loss, convolution, pooling, reshapes, attention, linear layers on
-      tensors of rank > 2, normalisation...): :class:`BatchOnly`, SOYBEAN's rule for "all
-      other operators" (§4.5), with its parameters replicated and their gradients reduced.
-      This drops the channel split SOYBEAN allows convolutions. Constants are not tensors
-      here (no operator produces them: their tiling is free).
+    * anything else (the loss, pooling, reshapes, attention, linear layers on tensors of
+      rank > 2, normalisation...): :class:`BatchOnly`, SOYBEAN's rule for "all other
+      operators" (§4.5), with its parameters replicated and their gradients reduced.
+      Constants are not tensors here (no operator produces them: their tiling is free).
 
     Returns
     -------
@@ -1087,6 +1152,28 @@ def graph_from_model(graph) -> tuple[TilingGraph, tuple]:
             if graph.tensors[w].role is TensorRole.PARAMETER:
                 update(w)
             links.append(_Link(op.name, "linear", tuple(names), tuple(dims)))
+            continue
+        if kind is OpKind.CONV2D and dict(op.attrs).get("groups", 1) == 1 and \
+                {"sample", "reduction", "parameter"} <= set(roles) and len(op.inputs) == 1:
+            # §4.5: batch split (data parallel) or channel split (model parallel); spatial and
+            # kernel splits are dropped as strictly worse than the batch split
+            x, w, y = op.inputs[0].tensor, op.params[0].tensor, op.outputs[0].tensor
+            b, co = roles["sample"], roles["parameter"]
+            ci = op.inputs[0].dims[1][0]
+            sizes = {d.name: d.size for d in op.loop_dims}
+            ext = (sizes[b], sizes[co], sizes[ci])
+            ops.append(Contraction(op.name + ":fwd", mat(x), mat(w), mat(y), conv_layouts("fwd"), ext))
+            names, dims = [op.name + ":fwd"], [{"A1": b, "A2": co, "A3": ci}]
+            if has_grad(x):
+                ops.append(Contraction(op.name + ":dX", mat("d" + y), w, mat("d" + x), conv_layouts("dX"), ext))
+                names.append(op.name + ":dX")
+                dims.append({"A1": b, "A2": ci, "A3": co})
+            ops.append(Contraction(op.name + ":dW", mat("d" + y), x, mat("d" + w), conv_layouts("dW"), ext))
+            names.append(op.name + ":dW")
+            dims.append({"A1": co, "A2": ci, "A3": b})
+            if graph.tensors[w].role is TensorRole.PARAMETER:
+                update(w)
+            links.append(_Link(op.name, "conv", tuple(names), tuple(dims)))
             continue
         if kind is OpKind.UNARY and len(op.inputs) == 1 and \
                 graph.tensors[op.inputs[0].tensor].shape == graph.tensors[op.outputs[0].tensor].shape:
