@@ -147,7 +147,7 @@ from dataclasses import dataclass, field
 
 from ..errors import InvalidInputError
 
-__all__ = ["REP", "RED", "MatMul", "Contraction", "conv_layouts", "Elementwise", "BatchOnly", "Update", "TilingGraph", "CutResult",
+__all__ = ["REP", "RED", "GRAD", "MatMul", "Contraction", "conv_layouts", "Elementwise", "BatchOnly", "Update", "TilingGraph", "CutResult",
            "conversion_fraction", "parse_tiling", "format_tiling", "flatten", "matmul_cost", "op_cost",
            "one_cut", "k_cuts", "exact_k_cuts", "brute_force", "tiling_cost", "tile_graph_sizes",
            "reorder_cuts", "mlp_graph", "graph_from_model", "decode_choices", "section_2_2_traffic",
@@ -155,6 +155,8 @@ __all__ = ["REP", "RED", "MatMul", "Contraction", "conv_layouts", "Elementwise",
 
 REP = -1
 RED = -2
+#: Prefix of a gradient's name in :func:`graph_from_model` (``"grad:fc0.weight"``).
+GRAD = "grad:"
 #: The aligned layouts of a multiplication (§4.2.1, Fig. 6): name -> (X, Y, Z) basic tilings
 #: and the loop extent it halves (0: m, 1: k, 2: n).
 ALIGNED = {"A1": (0, REP, 0, 0), "A2": (REP, 1, 1, 2), "A3": (1, 0, RED, 1)}
@@ -1076,7 +1078,7 @@ class _Link:
 def graph_from_model(graph) -> tuple[TilingGraph, tuple]:
     """SOYBEAN's training dataflow graph of a tensoropt :class:`~tensoropt_py.graph.ir.Graph`.
 
-    Every tensor ``t`` of the forward pass is a tensor here, and its gradient ``"d" + t``
+    Every tensor ``t`` of the forward pass is a tensor here, and its gradient ``"grad:" + t``
     (for floating-point activations not produced by data loading). Per operator:
 
     * a linear layer on matrices (input ``x`` ``[batch, in]``, weight ``w`` ``[out, in]``,
@@ -1115,7 +1117,7 @@ def graph_from_model(graph) -> tuple[TilingGraph, tuple]:
     consumed = {u.tensor for op in graph.operators for u in op.inputs}
 
     def mat(name):
-        base = name[1:] if name not in graph.tensors else name
+        base = name[len(GRAD):] if name.startswith(GRAD) else name
         mats.setdefault(name, tuple(graph.tensors[base].shape))
         return name
 
@@ -1127,7 +1129,7 @@ def graph_from_model(graph) -> tuple[TilingGraph, tuple]:
     def update(w):
         if w not in updated:
             updated.add(w)
-            ops.append(Update(f"update:{w}", mat("d" + w), mat(w)))
+            ops.append(Update(f"update:{w}", mat(GRAD + w), mat(w)))
 
     for op in graph.operators:
         kind = op.kind
@@ -1143,10 +1145,10 @@ def graph_from_model(graph) -> tuple[TilingGraph, tuple]:
             ops.append(MatMul(op.name + ":fwd", mat(x), mat(w), mat(y), y_t=True))
             names, dims = [op.name + ":fwd"], [{"A1": b, "A2": o, "A3": i}]
             if has_grad(x):
-                ops.append(MatMul(op.name + ":dX", mat("d" + y), w, mat("d" + x)))
+                ops.append(MatMul(op.name + ":dX", mat(GRAD + y), w, mat(GRAD + x)))
                 names.append(op.name + ":dX")
                 dims.append({"A1": b, "A2": i, "A3": o})
-            ops.append(MatMul(op.name + ":dW", mat("d" + y), x, mat("d" + w), x_t=True))
+            ops.append(MatMul(op.name + ":dW", mat(GRAD + y), x, mat(GRAD + w), x_t=True))
             names.append(op.name + ":dW")
             dims.append({"A1": o, "A2": i, "A3": b})
             if graph.tensors[w].role is TensorRole.PARAMETER:
@@ -1165,10 +1167,10 @@ def graph_from_model(graph) -> tuple[TilingGraph, tuple]:
             ops.append(Contraction(op.name + ":fwd", mat(x), mat(w), mat(y), conv_layouts("fwd"), ext))
             names, dims = [op.name + ":fwd"], [{"A1": b, "A2": co, "A3": ci}]
             if has_grad(x):
-                ops.append(Contraction(op.name + ":dX", mat("d" + y), w, mat("d" + x), conv_layouts("dX"), ext))
+                ops.append(Contraction(op.name + ":dX", mat(GRAD + y), w, mat(GRAD + x), conv_layouts("dX"), ext))
                 names.append(op.name + ":dX")
                 dims.append({"A1": b, "A2": ci, "A3": co})
-            ops.append(Contraction(op.name + ":dW", mat("d" + y), x, mat("d" + w), conv_layouts("dW"), ext))
+            ops.append(Contraction(op.name + ":dW", mat(GRAD + y), x, mat(GRAD + w), conv_layouts("dW"), ext))
             names.append(op.name + ":dW")
             dims.append({"A1": co, "A2": ci, "A3": b})
             if graph.tensors[w].role is TensorRole.PARAMETER:
@@ -1183,7 +1185,7 @@ def graph_from_model(graph) -> tuple[TilingGraph, tuple]:
             dims = [{j: g[0] for j, g in enumerate(op.outputs[0].dims)}]
             if has_grad(x):
                 saved = [t for t in op.saved if t in (x, y)] or [y]
-                ops.append(Elementwise(op.name + ":bwd", (mat("d" + y), mat(saved[0])), (mat("d" + x),)))
+                ops.append(Elementwise(op.name + ":bwd", (mat(GRAD + y), mat(saved[0])), (mat(GRAD + x),)))
                 names.append(op.name + ":bwd")
                 dims.append({j: g[0] for j, g in enumerate(op.inputs[0].dims)})
             links.append(_Link(op.name, "unary", tuple(names), tuple(dims)))
@@ -1201,17 +1203,17 @@ def graph_from_model(graph) -> tuple[TilingGraph, tuple]:
                 continue
             (acts_in if batched(u) else reads).append(mat(u.tensor))
             if has_grad(u.tensor):
-                (acts_out if batched(u) else writes).append(mat("d" + u.tensor))
+                (acts_out if batched(u) else writes).append(mat(GRAD + u.tensor))
         for j, u in enumerate(op.outputs):
             if not graph.tensors[u.tensor].shape or not (j == 0 or u.tensor in consumed):
                 continue
             (acts_out if batched(u) else writes).append(mat(u.tensor))
             if has_grad(u.tensor) and u.tensor in consumed:
-                (acts_in if batched(u) else reads).append(mat("d" + u.tensor))
+                (acts_in if batched(u) else reads).append(mat(GRAD + u.tensor))
         params = [u.tensor for u in op.params if graph.tensors[u.tensor].role is TensorRole.PARAMETER]
         for p in dict.fromkeys(params):
             reads.append(mat(p))
-            writes.append(mat("d" + p))
+            writes.append(mat(GRAD + p))
         if not (acts_in or acts_out):  # no batch dimension: replicated, gradients whole
             sample = None
         uniq = lambda xs: tuple(dict.fromkeys(xs))  # noqa: E731
