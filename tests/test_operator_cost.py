@@ -81,3 +81,35 @@ def test_shared_rnn_weights_are_charged_once(devices):
         total += coster.costs(op, graph.tensors, [mcg.configs[i][choice[i]]], readers=readers).param_memory[0]
     expected = graph.num_parameters * state_bytes_per_param("adam", "float32")
     assert total == pytest.approx(expected, rel=1e-12)
+
+
+def test_graph_output_left_partial_pays_its_all_reduce():
+    # The loss is a scalar no operator reads: under a batch split it is a partial sum on every
+    # device, and no edge reduces it. Its all-reduce is owed by the loss operator (comm time),
+    # under exactly the configurations that leave it partial.
+    from tensoropt_py.cost.builder import build_cost_graph
+    from tensoropt_py.graph import zoo
+
+    graph = zoo.mlp(batch=8, sizes=(12, 16, 6))
+    assert "loss.out" in graph.outputs and not graph.consumers("loss.out")
+    cluster = Cluster.preset("cpu-1x4")
+    comm = CommModel(cluster)
+    op = graph.operator("loss")
+    cfgs = enumerate_configs(op, 4)
+    coster = OperatorCoster(cluster, comm=comm)
+    free = coster.costs(op, graph.tensors, cfgs)
+    owed = coster.costs(op, graph.tensors, cfgs, reduce_outputs=("loss.out",))
+    dp = by_str(cfgs, "mesh[4] map[0,-1]")  # batch over all 4 devices: partial over all of them
+    assert owed.comm_time[dp] - free.comm_time[dp] == pytest.approx(
+        comm.collective_time("all_reduce", 4, ((0, 1, 2, 3),)))
+    assert owed.comm_time[dp] > 0
+    half = by_str(cfgs, "mesh[2,2] map[1,-1]")  # batch over the inner axis: partial over pairs (0,1), (2,3)
+    assert owed.comm_time[half] - free.comm_time[half] == pytest.approx(
+        comm.collective_time("all_reduce", 4, ((0, 1), (2, 3))))
+    rep = by_str(cfgs, "mesh[4] map[-1,-1]")  # replicated: the loss is whole everywhere
+    assert owed.comm_time[rep] == free.comm_time[rep] == 0
+    # the cost graph charges it: the loss node's data-parallel comm time is that all-reduce
+    mcg = build_cost_graph(graph, cluster, 4)
+    i = mcg.op_names.index("loss")
+    k = mcg.data_parallel_choice()[i]
+    assert mcg.node_costs[i][k][3] == pytest.approx(comm.collective_time("all_reduce", 4, ((0, 1, 2, 3),)))

@@ -6,8 +6,9 @@
   partition every operator's work over all devices (no replicated computation).
 * :func:`mesh_tensorflow`: the frontier of the Mesh-TensorFlow-restricted space (one
   mesh for all operators, a logical dimension split the same way everywhere).
-* :func:`soybean`: SOYBEAN's k-cut recursive tiling (one cut = one binary fine mesh axis,
-  chosen per operator by a DP minimising communication, given the earlier cuts).
+* :func:`soybean`: SOYBEAN's k-cut recursive tiling in its own model (per-matrix tilings of
+  forward and backward, Eq. 2-3 in elements: :mod:`tensoropt_py.baselines.soybean`), decoded
+  into our configurations (one cut = one binary fine mesh axis) and costed by our model.
 
 Each takes ``(model, cluster, devices)`` like :func:`tensoropt_py.find_strategy` (or a
 prebuilt ``ModelCostGraph`` through ``cost_graph=``) and returns a :class:`~tensoropt_py.plan.Plan`
@@ -21,8 +22,13 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InfeasibleError, InvalidInputError
+# SOYBEAN's own tiling model. Imported before ``def soybean`` below so that the package's
+# ``soybean`` attribute is the planner function (import the model's names with
+# ``from tensoropt_py.baselines.soybean import k_cuts``).
+from . import soybean as soybean_model
 
-__all__ = ["data_parallel", "optcnn", "tofu", "mesh_tensorflow", "soybean", "all_baselines", "restrict_cost_graph"]
+__all__ = ["data_parallel", "optcnn", "tofu", "mesh_tensorflow", "soybean", "all_baselines", "restrict_cost_graph",
+           "soybean_model"]
 
 
 def _prepare(model, cluster, devices, cost_graph, optimizer="adam"):
@@ -191,41 +197,38 @@ def mesh_tensorflow(model=None, cluster=None, devices=None, *, optimizer="adam",
 
 
 def soybean(model=None, cluster=None, devices=None, *, cost_graph=None, optimizer="adam", exact=False):
-    """SOYBEAN's k-cut recursive tiling on 2^k devices (§4 of the SOYBEAN paper).
+    """SOYBEAN (paper §4) with its own tiling model, decoded into a Plan costed by ours.
 
-    Cut ``j`` halves every operator's device group along fine mesh axis ``j`` (the
-    outermost first: across machines before inside them). Given cuts ``0..j-1``, a DP
-    over the graph (the engine, with communication time as the only cost) picks for
-    every operator which loop dimension cut ``j`` splits, with the later axes still
-    replicated; the choice is then fixed. SOYBEAN's tilings never compute redundantly
-    (its aligned layouts are "correct, non-redundant, balanced"), so a cut must split a
-    loop dimension wherever the operator has one left to split; only operators with
-    none may replicate. Data loading keeps its data-parallel configuration, as in the
-    frontier's space.
+    The model's training dataflow graph (every matrix of forward and backward with its own
+    tiling, three aligned layouts per matmul, communication in elements) is tiled for
+    ``2**k`` devices by Algorithm 1 (:func:`~tensoropt_py.baselines.soybean.k_cuts`; with
+    ``exact=True`` the joint optimum over ``T^k``,
+    :func:`~tensoropt_py.baselines.soybean.exact_k_cuts`, exponential in ``k``). The tiling is
+    mapped onto our configurations by the rule of :mod:`tensoropt_py.baselines.soybean`
+    ("Mapping"); the Plan's ``notes`` give SOYBEAN's communication and every place where the
+    rule overrode one of SOYBEAN's matmul layouts.
+
+    Raises
+    ------
+    InvalidInputError
+        A device count that is not a power of two, or a model with operators outside
+        SOYBEAN's matmul model (see :func:`~tensoropt_py.baselines.soybean.graph_from_model`).
     """
+    from dataclasses import replace
+
+    sm = soybean_model
     mcg, cl = _prepare(model, cluster, devices, cost_graph, optimizer)
     n = mcg.num_devices
     if n & (n - 1):
         raise InvalidInputError(f"SOYBEAN needs a power-of-two device count, got {n}")
     k = n.bit_length() - 1
-    comm = [np.asarray(c)[:, 3] for c in mcg.node_costs]
-    fixed = [dict() for _ in mcg.configs]  # node -> {fine axis: loop dim}
-    choices = np.zeros(len(mcg.configs), dtype=np.int64)
-    for cut in range(k):
-        keep = []
-        for i, cfgs in enumerate(mcg.configs):
-            ok = [c for c, cfg in enumerate(cfgs)
-                  if all(cfg.fine[a] == d for a, d in fixed[i].items())
-                  and all(f < 0 for f in cfg.fine[cut + 1:])]
-            splitting = [c for c in ok if cfgs[c].fine[cut] >= 0]
-            ok = splitting or ok  # replication (zero communication) only where nothing can split
-            if not ok:  # e.g. data loading (always fully split) or pruned configs: keep what matches so far
-                ok = [c for c, cfg in enumerate(cfgs) if all(cfg.fine[a] == d for a, d in fixed[i].items())]
-            keep.append(np.asarray(ok or range(len(cfgs)), dtype=np.int64))
-        choices = _track_restricted(mcg, keep, memory_scale=0.0, time_of=comm, pick="time", exact=exact)
-        for i, c in enumerate(choices):
-            fixed[i][cut] = mcg.configs[i][c].fine[cut]
-    return _to_plan(mcg, cl, choices, "soybean", optimizer=optimizer)
+    tg, links = sm.graph_from_model(mcg.graph)
+    result = (sm.exact_k_cuts if exact else sm.k_cuts)(tg, k)
+    choices, notes = sm.decode_choices(mcg, links, result)
+    plan = _to_plan(mcg, cl, choices, "soybean", optimizer=optimizer)
+    head = (f"SOYBEAN communication {result.cost:.6g} elements over {k} cut(s)"
+            + (f" (per cut {', '.join(f'{d:.6g}' for d in result.deltas)})" if result.deltas else ""))
+    return replace(plan, notes=(head,) + tuple(notes))
 
 
 def all_baselines(mcg, cluster, *, exact=False) -> dict:
@@ -235,5 +238,8 @@ def all_baselines(mcg, cluster, *, exact=False) -> dict:
            "ToFu": tofu(cluster=cluster, cost_graph=mcg, exact=exact)}
     n = mcg.num_devices
     if n & (n - 1) == 0 and n > 1:
-        out["SOYBEAN"] = soybean(cluster=cluster, cost_graph=mcg, exact=exact)
+        try:
+            out["SOYBEAN"] = soybean(cluster=cluster, cost_graph=mcg)
+        except InvalidInputError:  # operators outside SOYBEAN's matmul model (attention, convolution...)
+            pass
     return out

@@ -385,7 +385,13 @@ def _config_signature(op):
     return (op.kind is OpKind.INPUT, loops, (len(op.inputs), len(op.params), len(op.outputs)), uses), slot
 
 
-def _node_signature(op, csig, slot, tensors, exclude, hold, readers):
+def _graph_outputs(graph, op):
+    """Outputs of ``op`` that are graph outputs (no consumer): their reduction is owed by ``op``."""
+    outs = set(graph.outputs)
+    return {u.tensor for u in op.outputs if u.tensor in outs}
+
+
+def _node_signature(op, csig, slot, tensors, exclude, hold, readers, owed=()):
     """Everything an operator's costs, layouts and pruning depend on (names replaced by positions)."""
     specs = tuple((k, tensors[t].shape, tensors[t].dtype, tensors[t].role, readers.get(t, 1))
                   for t, k in slot.items())
@@ -393,7 +399,8 @@ def _node_signature(op, csig, slot, tensors, exclude, hold, readers):
     excl = tuple(sorted(slot[t] for t in exclude))
     held = tuple(sorted(slot[t] for t in hold))
     # The kind and attributes matter once measured compute tables key costs by them.
-    return (csig, op_work_kind(op), specs, op.flops, op.backward_flops, saved, excl, held)
+    owed = tuple(sorted(slot[t] for t in owed))
+    return (csig, op_work_kind(op), specs, op.flops, op.backward_flops, saved, excl, held, owed)
 
 
 def _build_fast(graph, n, valid, mesh_tf, max_configs, coster, rescheduler):
@@ -425,12 +432,13 @@ def _build_fast(graph, n, valid, mesh_tf, max_configs, coster, rescheduler):
     node_cache: dict = {}
     node_sig_ids, kept_configs, node_costs, kept_layouts = [], [], [], []
     for i, op in enumerate(ops):
-        nsig = _node_signature(op, csigs[i], slots[i], tensors, exclude[op.name], hold[op.name], readers)
+        owed = _graph_outputs(graph, op)
+        nsig = _node_signature(op, csigs[i], slots[i], tensors, exclude[op.name], hold[op.name], readers, owed)
         hit = node_cache.get(nsig)
         if hit is None:
             cfgs = configs[i]
             oc = coster.costs(op, tensors, cfgs, exclude_saved=exclude[op.name], hold_outputs=hold[op.name],
-                              readers=readers)
+                              readers=readers, reduce_outputs=owed)
             outs, ins, grads = _layouts_of(op, cfgs)
             arr = np.stack([oc.memory, oc.time, oc.compute_time, oc.comm_time], axis=1)
             keep = _prune(arr, list(zip(*(outs + ins + grads))) if outs + ins + grads else [()] * len(cfgs),
@@ -596,7 +604,7 @@ def _build_reference(graph, n, valid, mesh_tf, max_configs, coster, rescheduler)
     for i, op in enumerate(ops):
         cfgs = configs[i]
         oc = coster.costs(op, tensors, cfgs, exclude_saved=exclude[op.name], hold_outputs=hold[op.name],
-                          readers=readers)
+                          readers=readers, reduce_outputs=_graph_outputs(graph, op))
         outs, ins, grads = _layouts_of(op, cfgs)
         arr = np.stack([oc.memory, oc.time, oc.compute_time, oc.comm_time], axis=1)
         keep = _prune(arr, [tuple(L[k] for L in outs + ins + grads) for k in range(len(cfgs))], max_configs)

@@ -34,6 +34,10 @@ For a configuration of an operator (see :mod:`tensoropt_py.space.configs`):
   gradient that is partial (the consumer splits a dimension the input does not index) is
   the source layout of the edge's backward rescheduling. Each reduction is therefore
   counted exactly once, on the edge that needs it.
+  A *graph output* (``reduce_outputs``: no consumer reads it, e.g. the loss) has no edge, yet
+  its value is only usable reduced: the operator pays the all-reduce of its local block over
+  the fine axes where it is partial (``t_s``), so no strategy leaves it as unreduced partial
+  sums for free.
 
 Examples
 --------
@@ -265,7 +269,8 @@ class OperatorCoster:
             out += t * share
         return out
 
-    def costs(self, op: Operator, tensors, configs, *, exclude_saved=(), hold_outputs=(), readers=None) -> OperatorCosts:
+    def costs(self, op: Operator, tensors, configs, *, exclude_saved=(), hold_outputs=(), readers=None,
+              reduce_outputs=()) -> OperatorCosts:
         """Costs of ``op`` under each of ``configs``.
 
         Parameters
@@ -286,6 +291,10 @@ class OperatorCoster:
             gradient all-reduced once per iteration, so each reader is charged ``1/readers``
             of both: exact when the readers shard it alike (the common case: one cell config
             repeated over time), an average when they shard it differently.
+        reduce_outputs : iterable of str
+            Outputs no operator reads (graph outputs such as the loss): under a configuration
+            leaving one as partial sums, its all-reduce over the partial axes is added to
+            ``comm_time`` (the reduction is owed; no edge would charge it).
         """
         K = len(configs)
         if K == 0:
@@ -342,6 +351,15 @@ class OperatorCoster:
                     if axes:
                         fused[axes] = fused.get(axes, 0) + float(gb[k])
                 comm_time[k] = sum(self._allreduce(b, sizes, ax) for ax, b in fused.items())
+
+        for use in op.outputs:  # graph outputs left partial: their reduction is owed here
+            if use.tensor in reduce_outputs:
+                indexed = {index[nm] for nm in use.loop_dims()}
+                nbytes = local_bytes[use.tensor].astype(np.float64)
+                for k, c in enumerate(configs):
+                    axes = tuple(a for a, lab in enumerate(c.fine) if lab >= 0 and lab not in indexed)
+                    if axes:
+                        comm_time[k] += self._allreduce(float(nbytes[k]), c.mesh.fine_sizes, axes)
 
         saved_mem = np.zeros(K)
         param_names = {u.tensor for u in op.params}

@@ -5,7 +5,7 @@
 1. ``--pairs``: every layout pair of the given shapes over the job's fine axes is rescheduled
    (forward paths from the Rescheduler, and the same paths round-tripped through plan JSON)
    and compared with slicing the full tensor (partial layouts: pieces summing to the tensor).
-2. ``--models``: data-parallel, ToFu and OptCNN baseline plans, the frontier's two ends, the
+2. ``--models``: data-parallel, ToFu, OptCNN and SOYBEAN baseline plans, the frontier's two ends, the
    first frontier plans keeping a single copy of a tensor (re-derived in backward) and random
    frontier plans of small models run for a few steps; losses and final parameters are
    compared with single-process torch, and the edge, re-derivation and gradient collectives
@@ -101,6 +101,10 @@ def plans_of(graph, k_random, seed=0):
            ("tofu", baselines.tofu(cost_graph=mcg, cluster=cl), "sgd"),
            ("optcnn", baselines.optcnn(cost_graph=mcg, cluster=cl), "adam"),
            ("min_memory", fr.plan(0), "sgd"), ("min_time", fr.plan(len(fr) - 1), "adam")]
+    try:  # SOYBEAN's tiling decoded into our configurations (MLPs and CNNs; power-of-two device counts)
+        out.append(("soybean", baselines.soybean(cost_graph=mcg, cluster=cl), "adam"))
+    except InvalidInputError:
+        pass
     plans = [fr.plan(i) for i in range(len(fr))]
     for reuse in ("producer_copy", "consumer_copy"):  # the tensor-reuse choices that drop a copy
         with_it = [i for i, p in enumerate(plans) if any(e.reuse == reuse and e.rederive for e in p.edges)]
