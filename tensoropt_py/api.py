@@ -11,6 +11,7 @@ in the package imports this module; it only parses what users pass and calls dow
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from collections import OrderedDict
@@ -45,8 +46,20 @@ def clear_cache() -> None:
     _CACHE.clear()
 
 
+@functools.cache
+def _code_version() -> str:
+    """A hash of the package's source: a frontier kept on disk is stale once the code that made it changes."""
+    h = hashlib.sha256()
+    root = Path(__file__).resolve().parent
+    for path in sorted(root.rglob("*.py")) + sorted(root.rglob("*.pyx")):
+        h.update(path.relative_to(root).as_posix().encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def _cache_key(graph, cluster, devices, options) -> str:
     h = hashlib.sha256()
+    h.update(_code_version().encode())
     h.update(graph.fingerprint().encode())
     h.update(cluster.to_json(indent=None).encode())
     h.update(repr((devices, sorted(options.items()))).encode())
@@ -104,7 +117,8 @@ def frontier(
         (kept in memory for this process; see :func:`clear_cache`).
     cache_dir : str or Path, optional
         Also keep frontiers as JSON files in this folder, for later processes (the cost
-        graph is rebuilt from the model, which is fast; tracking is not repeated).
+        graph is rebuilt from the model, which is fast; tracking is not repeated). A file
+        is only used by the same version of this package's code.
     progress : bool, optional
         Report stages and elapsed time on stderr; None: only on a terminal.
 
