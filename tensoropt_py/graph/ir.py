@@ -110,6 +110,11 @@ class OpKind(str, Enum):
     SPLIT = "split"
     LOSS = "loss"
     REDUCE = "reduce"  # sum / mean / amax over some dimensions (added after the first version of the IR)
+    PAD = "pad"  # constant padding of some axes (torch.nn.functional.pad, mode "constant")
+    TOPK = "topk"  # the k largest values along the last axis and their indices (MoE routing)
+    MOE_DISPATCH = "moe_dispatch"  # tokens -> per-expert capacity slots [groups, experts, capacity, hidden]
+    MOE_EXPERTS = "moe_experts"  # the experts' gated feed-forward, one weight block per expert
+    MOE_COMBINE = "moe_combine"  # expert outputs -> tokens, weighted by the router's top-k weights
     OPAQUE = "opaque"  # an operator with no rule: kept replicated
 
 

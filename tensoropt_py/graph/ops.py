@@ -65,6 +65,8 @@ __all__ = [
     "reduce",
     "opaque",
     "expand",
+    "pad",
+    "topk",
     # conveniences
     "relu",
     "gelu",
@@ -118,6 +120,9 @@ BINARY_FUNCTIONS: dict[str, tuple[float, float, str]] = {
     "div": (1, 4, "both"),
     "maximum": (1, 1, "both"),
     "minimum": (1, 1, "both"),
+    # the second operand is a boolean condition (no gradient), attr ``scalar``:
+    "where": (1, 1, "second"),  # torch.where(b, a, scalar)
+    "masked_fill": (1, 1, "second"),  # a.masked_fill(b, scalar)
 }
 
 
@@ -755,6 +760,77 @@ def expand(gb: "GraphBuilder", x: str, shape: Sequence[int], *, name: str = "exp
     return y
 
 
+def pad(gb: "GraphBuilder", x: str, pads: Sequence[int], value: float = 0.0, *, name: str = "pad") -> str:
+    """Constant padding (``torch.nn.functional.pad(x, pads, value=value)``, mode ``"constant"``).
+
+    ``pads`` lists ``(before, after)`` pairs from the *last* axis backwards, as torch does; all
+    must be >= 0 (cropping is a slice). Loop dims: the untouched axes are shared by input and
+    output (batch SAMPLE, others ATTRIBUTE, splittable); a padded axis has one unsplittable loop
+    dim in the input and another in the output (the extents differ). FLOPs: one per output
+    element forward (the copy), one per input element backward; nothing saved.
+    """
+    xs = gb.shape(x)
+    pads = [int(p) for p in pads]
+    if len(pads) % 2 or len(pads) // 2 > len(xs):
+        raise InvalidInputError(f"pad: {len(pads)} pad values for a {len(xs)}-d tensor {gb.spec(x)} "
+                                "(need before/after pairs for at most every axis)")
+    if any(p < 0 for p in pads):
+        raise InvalidInputError(f"pad: negative pads {pads} (cropping) are not padding")
+    widths = {len(xs) - 1 - i: (pads[2 * i], pads[2 * i + 1]) for i in range(len(pads) // 2)}
+    widths = {ax: w for ax, w in widths.items() if w != (0, 0)}
+    if not widths:
+        return x
+    opname = gb.op_name(name)
+    dims, groups = _dims_of(gb, x)
+    ogroups = list(groups)
+    oshape = list(xs)
+    for ax, (lo, hi) in widths.items():
+        oshape[ax] = xs[ax] + lo + hi
+        kind = dims[ax].kind
+        dims[ax] = LoopDim(f"in{ax}", xs[ax], kind, splittable=False)
+        dims.append(LoopDim(f"out{ax}", oshape[ax], kind, splittable=False))
+        groups[ax] = (f"in{ax}",)
+        ogroups[ax] = (f"out{ax}",)
+    y = gb.new_tensor(f"{opname}.out", oshape, gb.dtype_of(x), batch_axis=gb.batch_axis(x))
+    ins, prm = _split_uses(gb, [TensorUse(x, tuple(groups))])
+    gb.add_operator(Operator(opname, OpKind.PAD, tuple(dims), inputs=ins, params=prm,
+                             outputs=(TensorUse(y, tuple(ogroups)),), flops=float(math.prod(oshape)),
+                             backward_flops=float(math.prod(xs)), attrs=_attrs(pads=tuple(pads), value=value)))
+    return y
+
+
+def topk(gb: "GraphBuilder", x: str, k: int, *, name: str = "topk") -> tuple[str, str]:
+    """The ``k`` largest values along the last axis and their ``int64`` indices (sorted, as
+    ``torch.topk(x, k, dim=-1)``): the router of a mixture of experts.
+
+    Loop dims: the leading axes (batch SAMPLE, others ATTRIBUTE, splittable), the last axis
+    ``n`` and the output axis ``k`` (both unsplittable: a selection needs the whole row).
+    FLOPs: ``n log2 k`` comparisons per row forward, the scatter of ``k`` gradients backward.
+    Saves the indices (auxiliary-free: both outputs are results).
+    """
+    xs = gb.shape(x)
+    if not xs:
+        raise InvalidInputError(f"topk needs at least one axis, got {gb.spec(x)}")
+    if not isinstance(k, int) or not 1 <= k <= xs[-1]:
+        raise InvalidInputError(f"topk: k must be an int in [1, {xs[-1]}] for {gb.spec(x)}, got {k!r}")
+    opname = gb.op_name(name)
+    dims, groups = _dims_of(gb, x)
+    dims[-1] = LoopDim("n", xs[-1], dims[-1].kind, splittable=False)
+    groups[-1] = ("n",)
+    dims.append(LoopDim("k", k, DimKind.ATTRIBUTE, splittable=False))
+    og = tuple(groups[:-1]) + (("k",),)
+    oshape = xs[:-1] + (k,)
+    bax = gb.batch_axis(x)
+    vals = gb.new_tensor(f"{opname}.values", oshape, gb.dtype_of(x), batch_axis=bax)
+    idx = gb.new_tensor(f"{opname}.indices", oshape, "int64", batch_axis=bax)
+    rows = math.prod(xs[:-1])
+    gb.add_operator(Operator(opname, OpKind.TOPK, tuple(dims), inputs=(TensorUse(x, tuple(groups)),),
+                             outputs=(TensorUse(vals, og), TensorUse(idx, og)),
+                             flops=float(rows * xs[-1] * max(1.0, math.log2(k + 1))),
+                             backward_flops=float(rows * (xs[-1] + k)), saved=(idx,), attrs=_attrs(k=k)))
+    return vals, idx
+
+
 def relu(gb, x, *, name=None):
     """``unary(x, "relu")``: saves its output."""
     return unary(gb, x, "relu", name=name)
@@ -780,16 +856,23 @@ def dropout(gb, x, p: float = 0.1, *, name=None):
     return unary(gb, x, "dropout", name=name, p=float(p))
 
 
-def binary(gb: "GraphBuilder", a: str, b: str, fn: str = "add", *, name: str | None = None) -> str:
+def binary(gb: "GraphBuilder", a: str, b: str, fn: str = "add", *, name: str | None = None, **attrs) -> str:
     """Elementwise ``fn(a, b)`` with NumPy broadcasting (``fn`` in :data:`BINARY_FUNCTIONS`).
 
     Either operand may be a parameter (bias add, scale): its loop dimensions become PARAMETER.
     Broadcast axes of an operand are indexed by ``()``. FLOPs: forward one per output element,
     backward 1 (add/sub: the broadcast reductions), 2 (mul), 4 (div) per output element.
     Saves nothing for add/sub, both operands for mul/div/maximum/minimum (activations only).
+    ``where`` (``torch.where(b, a, scalar)``) and ``masked_fill`` (``a.masked_fill(b, scalar)``)
+    take a boolean ``b`` and the attribute ``scalar``; they save ``b`` and give ``a``'s dtype.
     """
     if fn not in BINARY_FUNCTIONS:
         raise InvalidInputError(f"unknown binary function {fn!r}; known: {', '.join(BINARY_FUNCTIONS)}")
+    if fn in ("where", "masked_fill"):
+        if "scalar" not in attrs:
+            raise InvalidInputError(f"binary {fn!r} needs the attribute scalar (the fill value)")
+        if gb.dtype_of(b) != "bool":
+            raise InvalidInputError(f"binary {fn!r}: the condition {gb.spec(b)} must be a bool tensor")
     sa, sb = gb.shape(a), gb.shape(b)
     out_shape = _broadcast_shapes(sa, sb)
     nd = len(out_shape)
@@ -807,6 +890,8 @@ def binary(gb: "GraphBuilder", a: str, b: str, fn: str = "add", *, name: str | N
         dims.append(LoopDim(names[i], n, kind))
     opname = gb.op_name(name or fn)
     dtype = gb.dtype_of(a) if not gb.is_weight(a) or gb.is_weight(b) else gb.dtype_of(b)
+    if fn in ("where", "masked_fill"):
+        dtype = gb.dtype_of(a)
     y = gb.new_tensor(f"{opname}.out", out_shape, dtype, batch_axis=bax)
     f_el, b_el, saves = BINARY_FUNCTIONS[fn]
     n = math.prod(out_shape)
@@ -822,8 +907,8 @@ def binary(gb: "GraphBuilder", a: str, b: str, fn: str = "add", *, name: str | N
             outputs=(TensorUse(y, tuple((nm,) for nm in names)),),
             flops=float(f_el * n),
             backward_flops=float(b_el * n),
-            saved=_saved(gb, a, b) if saves == "both" else (),
-            attrs=_attrs(fn=fn, order=(a, b)),
+            saved=_saved(gb, a, b) if saves == "both" else _saved(gb, b) if saves == "second" else (),
+            attrs=_attrs(fn=fn, order=(a, b), **attrs),
         )
     )
     return y

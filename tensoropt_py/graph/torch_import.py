@@ -37,6 +37,7 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
 import math
 import operator
 import warnings
@@ -90,6 +91,37 @@ def _opname(target) -> str:
     if packet is not None:
         name = packet.__name__
     return name.split(".")[0]
+
+
+class _Empty:
+    """A zero-size tensor value (a shape with a 0, e.g. an empty slice of a rotary split, an empty
+    key/value cache): it holds no data, so it is no IR tensor. ``cat`` drops it; an operator
+    reading it otherwise is replayed (OPAQUE) with an empty tensor in its arguments."""
+
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype = tuple(int(s) for s in shape), dtype
+
+    def encode(self):
+        return ("__empty__", self.shape, self.dtype)
+
+    def __repr__(self):
+        return f"_Empty{self.shape}"
+
+
+def _is_empty_val(v) -> bool:
+    return isinstance(v, torch.Tensor) and v.numel() == 0
+
+
+#: aten in-place operators whose out-of-place form has a rule (``div_`` -> ``div``).
+_INPLACE = {"add_", "sub_", "mul_", "div_", "relu_", "silu_", "masked_fill_", "clamp_", "neg_", "exp_", "tanh_",
+            "sigmoid_", "pow_"}
+#: operators whose output is a view of their first argument (an in-place update of it would
+#: also change the tensor it views, which an out-of-place rule cannot express).
+_VIEWS = {"view", "_unsafe_view", "reshape", "slice", "select", "narrow", "expand", "permute", "transpose", "t",
+          "unsqueeze", "squeeze", "split", "split_with_sizes", "chunk", "unbind", "as_strided", "diagonal",
+          "alias", "view_as", "unflatten", "flatten", "detach", "getitem"}
 
 
 class _Importer:
@@ -147,6 +179,10 @@ class _Importer:
     def encode(self, a):
         if isinstance(a, torch.fx.Node):
             v = self.env[a.name]
+            if isinstance(v, _Empty):
+                return v.encode()
+            if isinstance(v, tuple):
+                return tuple(x.encode() if isinstance(x, _Empty) else x for x in v)
             return ("__tensor__", v) if isinstance(v, str) else v
         if isinstance(a, list):
             return ("__list__", tuple(self.encode(x) for x in a))
@@ -169,6 +205,9 @@ class _Importer:
             kind = spec.kind.name
             if kind == "PARAMETER":
                 fqn = canonical.get(spec.target, spec.target)
+                if state[spec.target].numel() == 0:
+                    self.env[ph] = _Empty(state[spec.target].shape, _dtype_name(state[spec.target].dtype))
+                    continue
                 if fqn not in gb.tensors:
                     v = state[spec.target]
                     gb.parameter(fqn, tuple(v.shape), _dtype_name(v.dtype), exact=True)
@@ -176,6 +215,9 @@ class _Importer:
                 self.env[ph] = fqn
             elif kind in ("BUFFER", "CONSTANT_TENSOR"):
                 v = state[spec.target] if kind == "BUFFER" and spec.target in state else ep.constants[spec.target]
+                if v.numel() == 0:  # e.g. the empty key/value tensors of a cache created in forward
+                    self.env[ph] = _Empty(v.shape, _dtype_name(v.dtype))
+                    continue
                 if spec.target not in gb.tensors:
                     gb.constant(spec.target, tuple(v.shape), _dtype_name(v.dtype), exact=True)
                     self.values[spec.target] = v
@@ -193,6 +235,9 @@ class _Importer:
                 self.env[ph] = v  # non-tensor user input (a flag): a python constant
                 continue
             shape = tuple(int(s) for s in v.shape)
+            if v.numel() == 0:
+                self.env[ph] = _Empty(shape, _dtype_name(v.dtype))
+                continue
             if batch is None and shape:
                 batch = shape[0]
             specs.append((ph, shape, _dtype_name(v.dtype)))
@@ -252,6 +297,12 @@ class _Importer:
             self.env[node.name] = None
             return
         val = self.val(node)
+        if _is_empty_val(val):  # a zero-size result holds no data: no operator
+            self.env[node.name] = _Empty(val.shape, _dtype_name(val.dtype))
+            return
+        inplace = op in _INPLACE and self._may_update_in_place(node)
+        if inplace:
+            op = op[:-1]
         tins = self.tensor_args(node)
         static = all(self.is_static_t(t) for t in tins)
         before = len(gb.operators)
@@ -263,11 +314,24 @@ class _Importer:
             res = None
         if res is None:
             res = self.opaque(op, node, val, tins, static)
+        elif inplace:  # later readers of the updated tensor see the new value
+            self.env[node.args[0].name] = res
         self.env[node.name] = res
         if static:
             for o in gb.operators[before:]:
                 for u in o.outputs:
                     self.static.add(u.tensor)
+
+    def _may_update_in_place(self, node) -> bool:
+        """True if the in-place ``node`` may be imported as its out-of-place form: its first
+        argument is an operator's result that is not a view of another tensor."""
+        src = node.args[0] if node.args else None
+        if not isinstance(src, torch.fx.Node) or src.op != "call_function":
+            return False
+        if src.target is operator.getitem:
+            base = src.args[0]
+            return isinstance(base, torch.fx.Node) and _opname(base.target) not in _VIEWS
+        return _opname(src.target) not in _VIEWS and isinstance(self.env.get(src.name), str)
 
     def opaque(self, op, node, val, tins, static):
         params = [t for t in tins if self.is_param(t)]
@@ -536,7 +600,11 @@ class _Importer:
                 return out if op != "nll_loss_forward" else (out, count)
             return None
         if op == "cat":
-            xs = [T(a) for a in A[0]]
+            # zero-size inputs (an empty cache, the empty pass-through half of a full rotary
+            # split) add nothing
+            xs = [T(a) for a in A[0] if not isinstance(self.env.get(a.name), _Empty)]
+            if len(xs) == 1:
+                return xs[0]
             return gb.concat(xs, arg(1, "dim", 0), name=nm)
         if op in ("split", "split_with_sizes", "chunk", "unbind"):
             x = T(A[0])
@@ -544,10 +612,39 @@ class _Importer:
             dim = arg(2, "dim", 0) if op != "unbind" else arg(1, "dim", 0)
             dim = dim % len(gb.shape(x))
             sizes = [int(v.shape[dim]) for v in vals]
-            pieces = gb.split(x, sizes, dim, name=nm)
+            full = [s for s in sizes if s > 0]
+            got = iter(gb.split(x, full, dim, name=nm) if len(full) > 1 else (x,))
+            pieces = tuple(next(got) if s > 0 else _Empty(v.shape, _dtype_name(v.dtype)) for s, v in zip(sizes, vals))
             if op == "unbind":
                 pieces = tuple(gb.reshape(p, self.shape_of(v), name=f"{nm}_squeeze") for p, v in zip(pieces, vals))
             return pieces
+        if op == "pad":
+            mode = arg(2, "mode", "constant")
+            value = arg(3, "value", None)
+            if mode != "constant" or any(p < 0 for p in A[1]):
+                return None
+            return gb.pad(T(A[0]), list(A[1]), 0.0 if value is None else value, name=nm)
+        if op == "constant_pad_nd":
+            if any(p < 0 for p in A[1]):
+                return None
+            return gb.pad(T(A[0]), list(A[1]), arg(2, "value", 0), name=nm)
+        if op in ("where", "masked_fill") and len(A) == 3:
+            if op == "where":  # where(cond, x, scalar)
+                cond, x, other = A
+            else:  # masked_fill(x, mask, scalar)
+                x, cond, other = A
+            if not (self.is_tensor(cond) and self.is_tensor(x)) or not isinstance(other, (int, float)):
+                return None
+            if gb.dtype_of(T(cond)) != "bool" or _dtype_name(val.dtype) != gb.dtype_of(T(x)):
+                return None
+            return gb.binary(T(x), T(cond), op, scalar=other, name=nm)
+        if op == "topk":
+            k, dim = A[1], arg(2, "dim", -1)
+            largest, srt = arg(3, "largest", True), arg(4, "sorted", True)
+            x = T(A[0])
+            if dim % len(gb.shape(x)) != len(gb.shape(x)) - 1 or not largest or not srt:
+                return None
+            return gb.topk(x, k, name=nm)
         if op in ("slice", "narrow", "select"):
             x = T(A[0])
             shape = gb.shape(x)
@@ -573,6 +670,10 @@ class _Importer:
             if op == "select":
                 piece = gb.reshape(piece, self.shape_of(val), name=f"{nm}_squeeze")
             return piece
+        if op in ("mean", "sum") and (len(A) == 1 or (A[1] is None and not arg(2, "keepdim", False))):
+            if K.get("dtype") is not None or not gb.shape(T(A[0])):
+                return None
+            return gb.reduce(T(A[0]), list(range(len(gb.shape(T(A[0]))))), op, name=nm)
         if op in ("mean", "sum", "amax", "amin") and len(A) >= 2 and A[1] is not None:
             x = T(A[0])
             dims = A[1] if isinstance(A[1], (list, tuple)) else [A[1]]
@@ -581,6 +682,68 @@ class _Importer:
                 return None
             return gb.reduce(x, list(dims), op, keepdim=keep, name=nm)
         return None
+
+
+#: Module attributes holding a LayerDrop probability (Hugging Face OPT, BART, mBART, Whisper, ...).
+_LAYERDROP_ATTRS = ("layerdrop", "encoder_layerdrop", "decoder_layerdrop")
+
+
+@contextlib.contextmanager
+def _training_step_branches(module):
+    """Resolve the random branches of a training step while it is exported.
+
+    LayerDrop (``if self.training and torch.rand([]) < self.layerdrop: skip the layer``) is a
+    Python branch on random data, which ``torch.export`` cannot trace. While exporting, every
+    LayerDrop probability of a module in training mode is set to 0, and a 0-d ``torch.rand``
+    draw (the idiom of such branches, which some versions draw even when the probability is 0)
+    returns the Python float 1.0, so no layer is skipped. Yields a list that receives one line per
+    resolution (empty if nothing was resolved); everything is restored on exit.
+    """
+    resolved: list[str] = []
+    saved = []
+    for qual, sub in module.named_modules():
+        if not sub.training:
+            continue
+        for attr in _LAYERDROP_ATTRS:
+            p = getattr(sub, attr, None)
+            if isinstance(p, (int, float)) and not isinstance(p, bool) and p > 0:
+                saved.append((sub, attr, p))
+                setattr(sub, attr, 0.0)
+                resolved.append(f"{attr}={p} of {qual or type(sub).__name__} ({type(sub).__name__}) set to 0 while exporting")
+    rand = torch.rand
+    draws = []
+
+    def rand_no_skip(*size, **kw):
+        dims = size[0] if len(size) == 1 and isinstance(size[0], (list, tuple, torch.Size)) else size
+        if len(dims) == 0 and not any(k in kw for k in ("out", "generator")):
+            draws.append(1)
+            return 1.0
+        return rand(*size, **kw)
+
+    torch.rand = rand_no_skip
+    try:
+        yield resolved
+    finally:
+        torch.rand = rand
+        for sub, attr, p in saved:
+            setattr(sub, attr, p)
+        if draws:
+            resolved.append(f"{len(draws)} 0-d torch.rand() draws (LayerDrop-style `if torch.rand([]) < p` branches) "
+                            "read as 1.0")
+
+
+def _user_frame(exc) -> str:
+    """`` at FILE:LINE`` of the innermost frame of ``exc`` outside torch, or ``""``."""
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "/torch/" not in f.filename]
+    text = str(exc)
+    marker = "The following call raised this error:"
+    if marker in text:  # torch names the user's line in the message
+        lines = [ln.strip() for ln in text.split(marker, 1)[1].splitlines() if ln.strip()]
+        if lines:
+            return f" ({lines[0]}: {lines[1] if len(lines) > 1 else ''})"
+    return f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
 
 
 def from_torch_with_state(
@@ -600,7 +763,24 @@ def from_torch_with_state(
     elif isinstance(example_inputs, Mapping):
         kwargs = {**dict(example_inputs), **dict(kwargs or {})}
         example_inputs = ()
-    ep = torch.export.export(module, tuple(example_inputs), kwargs=dict(kwargs) if kwargs else None, strict=strict)
+    with _training_step_branches(module) as resolved:
+        try:
+            ep = torch.export.export(module, tuple(example_inputs), kwargs=dict(kwargs) if kwargs else None,
+                                     strict=strict)
+        except Exception as exc:
+            if type(exc).__name__ in ("GuardOnDataDependentSymNode", "UserError") and "data-dependent" in str(exc):
+                where = _user_frame(exc)
+                raise UnsupportedOperatorError(
+                    f"{type(module).__name__} branches on a value computed from tensor data{where}: torch.export "
+                    "needs every Python `if` on a tensor resolved when tracing. Rewrite the branch with "
+                    "torch.where / torch.cond, or export a module whose training step takes one fixed path "
+                    f"(original error: {str(exc).splitlines()[0]})") from exc
+            raise
+    if resolved:
+        warnings.warn("from_torch resolved random branches of the training step to what it runs when nothing is "
+                      "skipped: " + "; ".join(resolved) + ". The graph costs a step that runs every layer "
+                      "(LayerDrop skips a layer with that probability, so this is the most expensive step).",
+                      stacklevel=3)
     imp = _Importer(module, ep, name or type(module).__name__)
     graph, values = imp.run()
     return graph, values

@@ -94,6 +94,8 @@ def _unary(fn, x, op, training):
 
 
 def _decode(arg, env):
+    if isinstance(arg, tuple) and len(arg) == 3 and arg[0] == "__empty__":  # a zero-size tensor
+        return torch.empty(arg[1], dtype=_DTYPES[arg[2]])
     if isinstance(arg, tuple) and len(arg) == 2 and arg[0] == "__tensor__":
         return env[arg[1]]
     if isinstance(arg, tuple) and len(arg) == 2 and arg[0] == "__list__":
@@ -219,9 +221,15 @@ def run_operator(
             res = [_unary(fn, x, op, training)]
     elif k is OpKind.BINARY:
         x, y = (get(t) for t in a("order"))
-        f = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
-             "maximum": torch.maximum, "minimum": torch.minimum}[a("fn")]
-        res = [f(x, y)]
+        fn = a("fn")
+        if fn == "where":
+            res = [torch.where(y, x, torch.as_tensor(a("scalar"), dtype=x.dtype, device=x.device))]
+        elif fn == "masked_fill":
+            res = [x.masked_fill(y, a("scalar"))]
+        else:
+            f = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
+                 "maximum": torch.maximum, "minimum": torch.minimum}[fn]
+            res = [f(x, y)]
     elif k is OpKind.LAYER_NORM:
         x = ins[0]
         shape = tuple(a("normalized_shape"))
@@ -285,6 +293,11 @@ def run_operator(
         res = [torch.cat([get(t) for t in a("order")], a("dim"))]
     elif k is OpKind.SPLIT:
         res = list(torch.split((ins or prm)[0], list(a("sizes")), a("dim")))
+    elif k is OpKind.PAD:
+        res = [F.pad((ins or prm)[0], list(a("pads")), mode="constant", value=a("value"))]
+    elif k is OpKind.TOPK:
+        vals, idx = torch.topk(ins[0], a("k"), dim=-1)
+        res = [vals, idx]
     elif k is OpKind.LOSS:
         logits, labels = ins[0], ins[1]
         C = logits.shape[-1]
