@@ -67,6 +67,9 @@ __all__ = [
     "expand",
     "pad",
     "topk",
+    "moe_dispatch",
+    "moe_experts",
+    "moe_combine",
     # conveniences
     "relu",
     "gelu",
@@ -829,6 +832,158 @@ def topk(gb: "GraphBuilder", x: str, k: int, *, name: str = "topk") -> tuple[str
                              flops=float(rows * xs[-1] * max(1.0, math.log2(k + 1))),
                              backward_flops=float(rows * (xs[-1] + k)), saved=(idx,), attrs=_attrs(k=k)))
     return vals, idx
+
+
+# ----------------------------------------------------------------------------------------------
+# mixture of experts: dispatch -> experts -> combine
+# ----------------------------------------------------------------------------------------------
+#: Activations an expert feed-forward may use (the UNARY functions the executor runs).
+MOE_ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "relu")
+
+
+def _moe_routing_shapes(gb, x, idx, what):
+    xs, ks = gb.shape(x), gb.shape(idx)
+    if len(xs) != 3 or len(ks) != 3 or xs[:2] != ks[:2]:
+        raise InvalidInputError(f"{what}: tokens {gb.spec(x)} must be [groups, tokens, hidden] and the expert "
+                                f"indices {gb.spec(idx)} [groups, tokens, k] with the same leading shape")
+    if gb.dtype_of(idx) not in ("int64", "int32"):
+        raise InvalidInputError(f"{what}: expert indices {gb.spec(idx)} must be int64 or int32")
+    return xs, ks
+
+
+def _token_dims(gb, x, idx):
+    """Loop dims ``g`` (groups: SAMPLE when the tokens carry the batch), ``s`` and ``k``
+    (tokens of a group and choices per token: unsplittable, slot positions count over the group)."""
+    (G, S, _), (_, _, k) = gb.shape(x), gb.shape(idx)
+    gkind = DimKind.SAMPLE if gb.batch_axis(x) == 0 else DimKind.ATTRIBUTE
+    return [LoopDim("g", G, gkind), LoopDim("s", S, DimKind.ATTRIBUTE, splittable=False),
+            LoopDim("k", k, DimKind.ATTRIBUTE, splittable=False)]
+
+
+def moe_dispatch(gb: "GraphBuilder", x: str, indices: str, num_experts: int, capacity: int, *,
+                 name: str = "moe_dispatch") -> str:
+    """Send every token to the capacity slots of the experts its router chose.
+
+    ``x [G, S, H]`` holds ``G`` groups of ``S`` tokens, ``indices [G, S, k]`` the ``k`` experts
+    of every token. Output ``[G, E, C, H]``: expert ``e``'s slot ``c`` of group ``g`` holds the
+    ``c``-th token (in order of token, then choice) of the group routed to ``e``; tokens beyond
+    the capacity ``C`` are dropped (``C = S`` drops none: an expert gets a token at most once),
+    unused slots are zeros.
+
+    Loop dims: ``g`` (SAMPLE), ``s``, ``k``, ``c`` (unsplittable), ``e`` and ``h`` (ATTRIBUTE,
+    splittable). Splitting ``e`` is expert parallelism: a device fills the slots of its experts
+    from all tokens of its groups, and the gradient of ``x`` is a partial sum over the experts.
+    The all-to-all of expert parallelism is the rescheduling of this output from a split over
+    ``g`` to a split over ``e`` (and back for :func:`moe_combine`). FLOPs: one per routed
+    element (a copy) forward and backward; saves the indices.
+    """
+    xs, ks = _moe_routing_shapes(gb, x, indices, "moe_dispatch")
+    G, S, H = xs
+    for what, v, hi in (("num_experts", num_experts, None), ("capacity", capacity, S)):
+        if not isinstance(v, int) or v < 1 or (hi is not None and v > hi):
+            raise InvalidInputError(f"moe_dispatch: {what} must be an int in [1, {hi or 'inf'}], got {v!r}")
+    E, C = num_experts, capacity
+    opname = gb.op_name(name)
+    dims = _token_dims(gb, x, indices) + [LoopDim("e", E, DimKind.ATTRIBUTE), LoopDim("c", C, DimKind.ATTRIBUTE, False),
+                                          LoopDim("h", H, DimKind.ATTRIBUTE)]
+    y = gb.new_tensor(f"{opname}.out", (G, E, C, H), gb.dtype_of(x), batch_axis=gb.batch_axis(x))
+    routed = G * min(S * ks[2], E * C) * H
+    gb.add_operator(Operator(
+        opname, OpKind.MOE_DISPATCH, tuple(dims),
+        inputs=(TensorUse(x, (("g",), ("s",), ("h",))), TensorUse(indices, (("g",), ("s",), ("k",)))),
+        outputs=(TensorUse(y, (("g",), ("e",), ("c",), ("h",))),),
+        flops=float(routed), backward_flops=float(routed), saved=_saved(gb, indices),
+        attrs=_attrs(num_experts=E, capacity=C, expert_offset=0)))
+    return y
+
+
+def moe_experts(gb: "GraphBuilder", x: str, up: str, down: str, *, activation: str = "silu", gated: bool = True,
+                transposed: bool = False, tokens: int | None = None, name: str = "moe_experts") -> str:
+    """The experts' feed-forward on their capacity slots: ``down_e(act(gate_e x) * up_e x)``.
+
+    ``x [G, E, C, H]`` (from :func:`moe_dispatch`); ``up`` is ``[E, 2I, H]`` (``[gate; up]``
+    concatenated, ``gated=True``) or ``[E, I, H]`` (``act(up_e x)``, ``gated=False``); ``down`` is
+    ``[E, H, I]``; ``transposed=True`` stores them as ``[E, H, 2I]`` / ``[E, I, H]`` (x @ W). Output
+    ``[G, E, C, H]`` plus the auxiliary ``[G, E, C, 2I]`` (or ``I``) up-projection kept for backward.
+
+    Loop dims: ``g`` (SAMPLE), ``e`` (PARAMETER: splitting it is expert parallelism, every device
+    holds the weights of its experts), ``c`` (ATTRIBUTE, slots are independent), ``h`` and ``i``
+    (unsplittable: ``h`` is both the reduction of the up-projection and the output of the down
+    one). FLOPs count the routed tokens only (``tokens``, default every slot: a grouped GEMM skips
+    empty slots): ``2 R H (2I) + 2 R I H`` plus the gating, backward twice the matmuls.
+    """
+    xs = gb.shape(x)
+    if len(xs) != 4:
+        raise InvalidInputError(f"moe_experts: x {gb.spec(x)} must be [groups, experts, capacity, hidden]")
+    G, E, C, H = xs
+    if activation not in MOE_ACTIVATIONS:
+        raise InvalidInputError(f"moe_experts: activation {activation!r} not supported; allowed: {MOE_ACTIVATIONS}")
+    us, ds = gb.shape(up), gb.shape(down)
+    width = us[2] if transposed else us[1]
+    inter = width // 2 if gated else width
+    want_up = (E, H, width) if transposed else (E, width, H)
+    want_down = (E, inter, H) if transposed else (E, H, inter)
+    if us != want_up or ds != want_down or (gated and width % 2):
+        raise InvalidInputError(f"moe_experts: weights {gb.spec(up)} and {gb.spec(down)} do not fit {E} experts of "
+                                f"hidden size {H} (want up {want_up}, down {want_down}, gated={gated}, "
+                                f"transposed={transposed})")
+    opname = gb.op_name(name)
+    dims = [LoopDim("g", G, DimKind.SAMPLE if gb.batch_axis(x) == 0 else DimKind.ATTRIBUTE),
+            LoopDim("e", E, DimKind.PARAMETER), LoopDim("c", C, DimKind.ATTRIBUTE),
+            LoopDim("h", H, DimKind.REDUCTION, splittable=False), LoopDim("i", inter, DimKind.PARAMETER, splittable=False)]
+    wgroup = ("two", "i") if gated else ("i",)
+    if gated:
+        dims.append(LoopDim("two", 2, DimKind.PARAMETER, splittable=False))
+    up_use = TensorUse(up, (("e",), ("h",), wgroup) if transposed else (("e",), wgroup, ("h",)))
+    down_use = TensorUse(down, (("e",), ("i",), ("h",)) if transposed else (("e",), ("h",), ("i",)))
+    y = gb.new_tensor(f"{opname}.out", xs, gb.dtype_of(x), batch_axis=gb.batch_axis(x))
+    ws = gb.new_tensor(f"{opname}.proj", (G, E, C, width), gb.dtype_of(x), batch_axis=gb.batch_axis(x))
+    R = G * E * C if tokens is None else int(tokens)
+    mm = 2.0 * R * H * width + 2.0 * R * inter * H
+    gb.add_operator(Operator(
+        opname, OpKind.MOE_EXPERTS, tuple(dims), inputs=(TensorUse(x, (("g",), ("e",), ("c",), ("h",))),),
+        params=(up_use, down_use),
+        outputs=(TensorUse(y, (("g",), ("e",), ("c",), ("h",))), TensorUse(ws, (("g",), ("e",), ("c",), wgroup))),
+        flops=mm + 6.0 * R * inter, backward_flops=2 * mm + 12.0 * R * inter, saved=_saved(gb, x, ws),
+        attrs=_attrs(activation=activation, gated=bool(gated), transposed=bool(transposed))))
+    return y
+
+
+def moe_combine(gb: "GraphBuilder", y: str, indices: str, weights: str, num_tokens: int | None = None, *,
+                name: str = "moe_combine") -> str:
+    """Bring the experts' outputs back to the tokens: ``out[g, s] = sum_j w[g, s, j] y[g, e_j, c_j]``.
+
+    ``y [G, E, C, H]`` (from :func:`moe_experts`), ``indices``/``weights [G, S, k]`` (the router's
+    choices and their weights); the slot ``c_j`` of every choice is the one :func:`moe_dispatch`
+    gave it (a dropped token contributes zero). Output ``[G, S, H]``.
+
+    Loop dims: ``g`` (SAMPLE), ``s``, ``k``, ``c`` (unsplittable), ``e`` (REDUCTION: split, every
+    device sums the contributions of its experts, a partial sum), ``h`` (ATTRIBUTE). FLOPs: 2 per
+    routed element forward, 4 backward; saves ``y``, the indices and the weights.
+    """
+    ys = gb.shape(y)
+    if len(ys) != 4:
+        raise InvalidInputError(f"moe_combine: expert outputs {gb.spec(y)} must be [groups, experts, capacity, hidden]")
+    G, E, C, H = ys
+    ks, ws = gb.shape(indices), gb.shape(weights)
+    if len(ks) != 3 or ks != ws or ks[0] != G:
+        raise InvalidInputError(f"moe_combine: indices {gb.spec(indices)} and weights {gb.spec(weights)} must both be "
+                                f"[{G}, tokens, k]")
+    S, k = ks[1], ks[2]
+    opname = gb.op_name(name)
+    gkind = DimKind.SAMPLE if gb.batch_axis(y) == 0 or gb.batch_axis(weights) == 0 else DimKind.ATTRIBUTE
+    dims = [LoopDim("g", G, gkind), LoopDim("s", S, DimKind.ATTRIBUTE, False), LoopDim("k", k, DimKind.ATTRIBUTE, False),
+            LoopDim("e", E, DimKind.REDUCTION), LoopDim("c", C, DimKind.ATTRIBUTE, False), LoopDim("h", H, DimKind.ATTRIBUTE)]
+    out = gb.new_tensor(f"{opname}.out", (G, S, H), gb.dtype_of(y), batch_axis=0 if gkind is DimKind.SAMPLE else None)
+    routed = G * min(S * k, E * C) * H
+    gb.add_operator(Operator(
+        opname, OpKind.MOE_COMBINE, tuple(dims),
+        inputs=(TensorUse(y, (("g",), ("e",), ("c",), ("h",))), TensorUse(indices, (("g",), ("s",), ("k",))),
+                TensorUse(weights, (("g",), ("s",), ("k",)))),
+        outputs=(TensorUse(out, (("g",), ("s",), ("h",))),),
+        flops=2.0 * routed, backward_flops=4.0 * routed, saved=_saved(gb, y, indices, weights),
+        attrs=_attrs(num_experts=E, capacity=C, expert_offset=0)))
+    return out
 
 
 def relu(gb, x, *, name=None):

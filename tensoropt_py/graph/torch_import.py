@@ -48,6 +48,7 @@ import torch
 from ..errors import InvalidInputError, UnsupportedOperatorError
 from .builder import GraphBuilder
 from .ir import Graph, TensorRole
+from .torch_moe import experts_as_one_operator
 
 __all__ = ["from_torch", "from_torch_with_state"]
 
@@ -125,9 +126,11 @@ _VIEWS = {"view", "_unsafe_view", "reshape", "slice", "select", "narrow", "expan
 
 
 class _Importer:
-    def __init__(self, module, ep, name):
+    def __init__(self, module, ep, name, moe_capacity_factor=None):
         self.module = module
         self.ep = ep
+        self.moe_capacity_factor = moe_capacity_factor
+        self.batch = None
         self.gb = GraphBuilder(name)
         self.env: dict[str, object] = {}  # fx node name -> IR tensor name / tuple / python value
         self.static: set[str] = set()  # IR tensors computed from constants only
@@ -243,6 +246,7 @@ class _Importer:
             specs.append((ph, shape, _dtype_name(v.dtype)))
             axes.append(0 if shape and shape[0] == batch else None)
             self.env[ph] = ph
+        self.batch = batch
         if specs:
             gb.input(specs, batch_axes=axes)
         self.walk(ep.graph, ep.graph_module)
@@ -383,6 +387,32 @@ class _Importer:
         count = gb.reduce(gb.unary(valid, "cast", dtype="float32", name=f"{nm}_valid_f32"),
                           list(range(len(ys))), "sum", name=f"{nm}_count")
         return gb.binary(total, count, "div", name=nm), count
+
+    def moe(self, node):
+        """``tensoropt::moe_experts`` -> MOE_DISPATCH, MOE_EXPERTS, MOE_COMBINE.
+
+        Tokens ``[T, H]`` form ``G`` groups (the example batch when it divides ``T``: one group
+        per sequence, else one group); the capacity per expert and group is the group size
+        (dropless, exact) or ``ceil(factor * S * k / E)`` with ``moe_capacity_factor``.
+        """
+        gb = self.gb
+        x, idx, w, up, down = (self.t(a) for a in node.args[:5])
+        act, gated, transposed = node.args[5:8]
+        n, H = gb.shape(x)
+        k = gb.shape(idx)[-1]
+        E = gb.shape(up)[0]
+        G = self.batch if self.batch and n % self.batch == 0 else 1
+        S = n // G
+        cf = self.moe_capacity_factor
+        C = S if cf is None else min(S, max(1, math.ceil(cf * S * k / E)))
+        nm = node.name
+        xg = gb.reshape(x, (G, S, H), name=f"{nm}_tokens")
+        ig = gb.reshape(idx, (G, S, k), name=f"{nm}_indices")
+        wg = gb.reshape(w, (G, S, k), name=f"{nm}_weights")
+        xe = gb.moe_dispatch(xg, ig, E, C, name=f"{nm}_dispatch")
+        ye = gb.moe_experts(xe, up, down, activation=act, gated=gated, transposed=transposed,
+                            tokens=G * min(S * k, E * C), name=f"{nm}_experts")
+        return gb.reshape(gb.moe_combine(ye, ig, wg, name=f"{nm}_combine"), (n, H), name=nm)
 
     def shape_of(self, val):
         return tuple(int(s) for s in val.shape)
@@ -638,6 +668,8 @@ class _Importer:
             if gb.dtype_of(T(cond)) != "bool" or _dtype_name(val.dtype) != gb.dtype_of(T(x)):
                 return None
             return gb.binary(T(x), T(cond), op, scalar=other, name=nm)
+        if op == "moe_experts":
+            return self.moe(node)
         if op == "topk":
             k, dim = A[1], arg(2, "dim", -1)
             largest, srt = arg(3, "largest", True), arg(4, "sorted", True)
@@ -753,6 +785,7 @@ def from_torch_with_state(
     name: str | None = None,
     kwargs: Mapping | None = None,
     strict: bool = False,
+    moe_capacity_factor: float | None = None,
 ) -> tuple[Graph, dict[str, torch.Tensor]]:
     """Like :func:`from_torch`, also returning the values of the graph's parameters and
     constants (by IR tensor name), ready for :func:`~tensoropt_py.graph.torch_ops.run_graph`."""
@@ -763,7 +796,10 @@ def from_torch_with_state(
     elif isinstance(example_inputs, Mapping):
         kwargs = {**dict(example_inputs), **dict(kwargs or {})}
         example_inputs = ()
-    with _training_step_branches(module) as resolved:
+    if moe_capacity_factor is not None and not (isinstance(moe_capacity_factor, (int, float))
+                                                 and moe_capacity_factor > 0):
+        raise InvalidInputError(f"moe_capacity_factor must be a positive number or None, got {moe_capacity_factor!r}")
+    with _training_step_branches(module) as resolved, experts_as_one_operator(module) as moe_modules:
         try:
             ep = torch.export.export(module, tuple(example_inputs), kwargs=dict(kwargs) if kwargs else None,
                                      strict=strict)
@@ -781,7 +817,11 @@ def from_torch_with_state(
                       "skipped: " + "; ".join(resolved) + ". The graph costs a step that runs every layer "
                       "(LayerDrop skips a layer with that probability, so this is the most expensive step).",
                       stacklevel=3)
-    imp = _Importer(module, ep, name or type(module).__name__)
+    if moe_modules and moe_capacity_factor is not None:
+        warnings.warn(f"mixture of experts imported with capacity factor {moe_capacity_factor}: tokens beyond an "
+                      "expert's capacity are dropped (as GShard / Switch training does), which the module itself "
+                      "(dropless) does not do", stacklevel=3)
+    imp = _Importer(module, ep, name or type(module).__name__, moe_capacity_factor)
     graph, values = imp.run()
     return graph, values
 

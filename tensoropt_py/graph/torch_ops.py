@@ -93,6 +93,60 @@ def _unary(fn, x, op, training):
     return f(x)
 
 
+def _moe_slots(idx, num_experts, capacity, offset, local_experts):
+    """Flat slot index of every routed choice in a ``[G, local_experts * capacity]`` buffer.
+
+    ``idx [G, S, k]``: slot ``c`` of expert ``e`` goes to the ``c``-th choice routed to ``e`` in
+    the group (token order, then choice order). Choices beyond the capacity, or to an expert
+    outside ``[offset, offset + local_experts)``, get the dump index ``local_experts * capacity``.
+    Returns ``[G, S * k]`` int64.
+    """
+    G = idx.shape[0]
+    flat = idx.reshape(G, -1).long()
+    onehot = F.one_hot(flat, num_experts)  # [G, S*k, E]
+    pos = (onehot.cumsum(1) - 1).gather(2, flat.unsqueeze(-1)).squeeze(-1)  # position within its expert
+    local = flat - offset
+    keep = (pos < capacity) & (local >= 0) & (local < local_experts)
+    dump = local_experts * capacity
+    return torch.where(keep, local.clamp(0, max(local_experts - 1, 0)) * capacity + pos, torch.full_like(flat, dump))
+
+
+_MOE_ACT = {"silu": F.silu, "relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}
+
+
+def _moe_dispatch(x, idx, a, local_experts):
+    G, S, H = x.shape
+    C = a("capacity")
+    slots = _moe_slots(idx, a("num_experts"), C, a("expert_offset", 0), local_experts)
+    k = idx.shape[-1]
+    src = x.unsqueeze(2).expand(G, S, k, H).reshape(G, S * k, H)
+    buf = x.new_zeros(G, local_experts * C + 1, H)
+    buf = buf.scatter_add(1, slots.unsqueeze(-1).expand(-1, -1, H), src)  # one choice per kept slot
+    return buf[:, : local_experts * C].reshape(G, local_experts, C, H)
+
+
+def _moe_experts(x, up, down, a):
+    act = _MOE_ACT[a("activation")]
+    t = a("transposed")
+    proj = torch.einsum("gech,eho->geco", x, up) if t else torch.einsum("gech,eoh->geco", x, up)
+    if a("gated"):
+        gate, u = proj.chunk(2, dim=-1)
+        h = act(gate) * u
+    else:
+        h = act(proj)
+    y = torch.einsum("geci,eih->gech", h, down) if t else torch.einsum("geci,ehi->gech", h, down)
+    return y, proj
+
+
+def _moe_combine(y, idx, w, a):
+    G, El, C, H = y.shape
+    S, k = idx.shape[1], idx.shape[2]
+    slots = _moe_slots(idx, a("num_experts"), C, a("expert_offset", 0), El)
+    buf = torch.cat([y.reshape(G, El * C, H), y.new_zeros(G, 1, H)], dim=1)
+    picked = buf.gather(1, slots.unsqueeze(-1).expand(-1, -1, H)).reshape(G, S, k, H)
+    return (picked * w.unsqueeze(-1).to(picked.dtype)).sum(2)
+
+
 def _decode(arg, env):
     if isinstance(arg, tuple) and len(arg) == 3 and arg[0] == "__empty__":  # a zero-size tensor
         return torch.empty(arg[1], dtype=_DTYPES[arg[2]])
@@ -293,6 +347,12 @@ def run_operator(
         res = [torch.cat([get(t) for t in a("order")], a("dim"))]
     elif k is OpKind.SPLIT:
         res = list(torch.split((ins or prm)[0], list(a("sizes")), a("dim")))
+    elif k is OpKind.MOE_DISPATCH:
+        res = [_moe_dispatch(ins[0], ins[1], a, a("local_experts") or a("num_experts"))]
+    elif k is OpKind.MOE_EXPERTS:
+        res = list(_moe_experts(ins[0], prm[0], prm[1], a))
+    elif k is OpKind.MOE_COMBINE:
+        res = [_moe_combine(ins[0], ins[1], ins[2], a)]
     elif k is OpKind.PAD:
         res = [F.pad((ins or prm)[0], list(a("pads")), mode="constant", value=a("value"))]
     elif k is OpKind.TOPK:
