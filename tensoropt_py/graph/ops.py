@@ -113,7 +113,11 @@ UNARY_FUNCTIONS: dict[str, tuple[float, float, str]] = {
     "expand": (0, 0, "none"),  # broadcast to attr shape: built by expand(), input indexed by () on new axes
     "cast": (0, 0, "none"),  # attr dtype
     "dropout": (2, 1, "mask"),  # attr p
+    "compare": (1, 0, "none"),  # attrs op (gt, ge, lt, le, eq, ne) and scalar: a bool tensor, no gradient
 }
+
+#: The comparisons of the UNARY ``compare`` function.
+COMPARISONS = ("gt", "ge", "lt", "le", "eq", "ne")
 
 #: Binary functions: name -> (forward FLOPs per output element, backward, which inputs autograd saves).
 BINARY_FUNCTIONS: dict[str, tuple[float, float, str]] = {
@@ -696,18 +700,21 @@ def unary(gb: "GraphBuilder", x: str, fn: str, *, name: str | None = None, **att
     """Elementwise ``fn(x)`` for ``fn`` in :data:`UNARY_FUNCTIONS`.
 
     Attributes: ``exponent`` (``pow``), ``scalar`` (``mul_scalar``/``add_scalar``/``rsub_scalar``),
-    ``dtype`` (``cast``), ``p`` (``dropout``), ``approximate`` (``gelu``). Loop dims: one per axis
+    ``dtype`` (``cast``), ``p`` (``dropout``), ``approximate`` (``gelu``), ``op`` and ``scalar``
+    (``compare``: ``x > scalar`` etc., a bool result). Loop dims: one per axis
     (batch SAMPLE, the rest ATTRIBUTE, all splittable). Saved: the output for relu, tanh,
     sigmoid, exp, sqrt, rsqrt, reciprocal; the input for gelu, silu, log, pow, ...; nothing for
     neg / scalar ops; dropout outputs a boolean ``mask`` (auxiliary) and saves it.
     """
     if fn not in UNARY_FUNCTIONS:
         raise InvalidInputError(f"unknown unary function {fn!r}; known: {', '.join(UNARY_FUNCTIONS)}")
+    if fn == "compare" and (attrs.get("op") not in COMPARISONS or not isinstance(attrs.get("scalar"), (int, float))):
+        raise InvalidInputError(f"unary compare needs op in {COMPARISONS} and a number scalar, got {attrs}")
     f_el, b_el, saves = UNARY_FUNCTIONS[fn]
     opname = gb.op_name(name or fn)
     dims, groups = _dims_of(gb, x)
     shape = gb.shape(x)
-    dtype = attrs.get("dtype", gb.dtype_of(x)) if fn == "cast" else gb.dtype_of(x)
+    dtype = attrs.get("dtype", gb.dtype_of(x)) if fn == "cast" else "bool" if fn == "compare" else gb.dtype_of(x)
     y = gb.new_tensor(f"{opname}.out", shape, dtype, batch_axis=gb.batch_axis(x))
     outs = [TensorUse(y, tuple(groups))]
     if fn == "dropout":

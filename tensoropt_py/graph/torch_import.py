@@ -546,6 +546,9 @@ class _Importer:
                 if op == "div":
                     return gb.unary(x, "mul_scalar", scalar=1.0 / b, name=nm)
             return None
+        if op in ("gt", "ge", "lt", "le", "eq", "ne") and self.is_tensor(A[0]) and len(A) == 2 \
+                and isinstance(A[1], (int, float)) and not isinstance(A[1], bool):
+            return gb.unary(T(A[0]), "compare", op=op, scalar=A[1], name=nm)
         if op == "rsub" and self.is_tensor(A[0]) and isinstance(A[1], (int, float)) and K.get("alpha", 1) == 1:
             return gb.unary(T(A[0]), "rsub_scalar", scalar=A[1], name=nm)
         if op in ("layer_norm", "native_layer_norm"):

@@ -73,6 +73,8 @@ def _unary(fn, x, op, training):
         return x.to(_DTYPES[a("dtype")])
     if fn == "square":
         return x * x
+    if fn == "compare":
+        return getattr(torch, a("op"))(x, a("scalar"))
     f = {
         "tanh": torch.tanh,
         "sigmoid": torch.sigmoid,
@@ -390,6 +392,16 @@ def run_operator(
     return dict(zip(outs, res))
 
 
+def _check_not_meta(what, tensors):
+    meta = [k for k, v in tensors.items() if isinstance(v, torch.Tensor) and v.is_meta]
+    if meta:
+        raise InvalidInputError(
+            f"{what}: {len(meta)} tensors are on the meta device (e.g. {meta[:3]}): the model was imported "
+            "without its weights, which is enough to plan but not to run. Running needs real weights: build "
+            "the model on a real device (or materialise it with module.to_empty(device=...) and load a "
+            "state dict), or run with freshly initialised values (init_params)")
+
+
 def run_graph(
     graph: Graph,
     inputs: Mapping[str, torch.Tensor],
@@ -408,6 +420,7 @@ def run_graph(
                if t.role in (TensorRole.PARAMETER, TensorRole.CONSTANT) and t.name not in params]
     if missing:
         raise InvalidInputError(f"run_graph: no value for {len(missing)} parameters/constants, e.g. {missing[:3]}")
+    _check_not_meta(graph.name, params)
     env: dict[str, torch.Tensor] = {}
     for op in graph.operators:
         local = {u.tensor: (inputs[u.tensor] if op.kind is OpKind.INPUT else env[u.tensor])
