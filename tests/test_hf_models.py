@@ -8,11 +8,17 @@ the planner can split, and every configuration of those operators is exact on lo
 A Llama-3-8B-shaped model built on the meta device imports without its weights.
 """
 
+import importlib.util
+import json
 import math
+import os
+import shutil
+import subprocess
 import sys
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -355,3 +361,38 @@ def test_llama3_8b_shaped_model_on_the_meta_device_imports():
     with pytest.raises(InvalidInputError, match=r"meta device.*real weights"):
         run_graph(graph, {"input_ids": torch.zeros(1, 16, dtype=torch.long),
                           "labels": torch.zeros(1, 16, dtype=torch.long)}, values)
+
+
+# ----------------------------------------------------------------------------------------------
+# the executor under MPI: -n 2 trains like one process
+# ----------------------------------------------------------------------------------------------
+MPIEXEC = shutil.which("mpiexec")
+needs_mpi = pytest.mark.skipif(MPIEXEC is None or importlib.util.find_spec("mpi4py") is None,
+                               reason="needs mpiexec and mpi4py")
+EXEC_MODELS = ("llama", "bert", "t5", "vit", "mixtral")  # decoder, encoder, encoder-decoder, vision, MoE
+
+
+@needs_mpi
+@pytest.mark.mpi
+def test_executor_at_2_processes_trains_like_one(tmp_path):
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
+    env.setdefault("OMP_NUM_THREADS", "1")
+    out = tmp_path / "summary.json"
+    cmd = [MPIEXEC, "-n", "2", sys.executable, "-m", "mpi4py", str(root / "tests" / "mpi" / "hf_exec.py"), str(out),
+           "--models", ",".join(EXEC_MODELS)]
+    r = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, f"hf_exec failed:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
+    summary = json.loads(out.read_text())
+    assert summary["devices"] == 2 and set(summary["models"]) == set(EXEC_MODELS)
+    assert {m["kind"] for m in summary["models"].values()} == {"decoder", "encoder", "encoder-decoder", "vision",
+                                                                "moe"}
+    for arch, res in summary["models"].items():
+        assert len(res["plans"]) >= 2, arch
+        for p in res["plans"]:  # the script already compared; check the summary too
+            np.testing.assert_allclose(p["losses"], p["reference"], rtol=1e-4, atol=1e-6)
+            assert p["max_param_error"] < 2e-4, (arch, p)
+        assert any(p["collectives"] for p in res["plans"]), arch  # something was communicated
+    moe = summary["models"]["mixtral"]["plans"]
+    assert any(p["expert_split"] and "all_to_all" in p["collectives"] for p in moe)

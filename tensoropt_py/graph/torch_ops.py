@@ -432,7 +432,8 @@ def run_graph(
 def init_params(graph: Graph, *, seed: int | None = 0, std: float = 0.02) -> dict[str, torch.Tensor]:
     """Random values for every parameter (normal, ``std``, ``requires_grad``) and constant of ``graph``.
 
-    Constants: integer ones are ``arange`` along their first axis (position ids), float ones
+    Constants: 1-d integer ones are ``arange`` (position ids), ``*position_ids`` ones ``arange``
+    along their last axis, other integer ones zeros (token type ids); float ones
     named ``*running_var`` are ones, other float constants zeros except positional encodings
     (``*positional_encoding``: sinusoids).
     """
@@ -448,9 +449,11 @@ def init_params(graph: Graph, *, seed: int | None = 0, std: float = 0.02) -> dic
             out[t.name] = v.requires_grad_(dt.is_floating_point)
         elif t.role is TensorRole.CONSTANT:
             if not dt.is_floating_point:
-                n = t.shape[0] if t.shape else 1
-                out[t.name] = torch.arange(n, dtype=dt).reshape(t.shape + ()) if t.shape else torch.zeros((), dtype=dt)
-                if len(t.shape) > 1:
+                if len(t.shape) == 1:
+                    out[t.name] = torch.arange(t.shape[0], dtype=dt)
+                elif t.shape and t.name.endswith("position_ids"):  # e.g. [1, S]: positions along the last axis
+                    out[t.name] = torch.arange(t.shape[-1], dtype=dt).expand(t.shape).clone()
+                else:
                     out[t.name] = torch.zeros(t.shape, dtype=dt)
             elif t.name.endswith("running_var"):
                 out[t.name] = torch.ones(t.shape, dtype=dt)
