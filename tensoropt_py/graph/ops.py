@@ -1,6 +1,7 @@
 """Operator builders: one function per :class:`~tensoropt_py.graph.ir.OpKind`, plus conveniences.
 
-Every function takes a :class:`~tensoropt_py.graph.builder.GraphBuilder` first, appends
+Every function takes a :class:`~tensoropt_py.graph.state.GraphState` (in practice a
+:class:`~tensoropt_py.graph.builder.GraphBuilder`, which has them all as methods) first, appends
 one operator and returns the name of its primary output (a tuple for several).
 Activations are referred to by name; a name whose role is PARAMETER or CONSTANT is
 read through ``Operator.params``. FLOP counts are closed forms of the whole operator
@@ -34,13 +35,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
-
 from ..errors import InvalidInputError
 from .ir import DimKind, LoopDim, Operator, OpKind, TensorRole, TensorUse
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .builder import GraphBuilder
+from .state import GraphState
 
 __all__ = [
     "input",
@@ -151,7 +148,7 @@ def _pair(v, what: str) -> tuple[int, int]:
     return v
 
 
-def _dims_of(gb: "GraphBuilder", x: str, prefix: str = "", splittable: bool = True):
+def _dims_of(gb: GraphState, x: str, prefix: str = "", splittable: bool = True):
     """One loop dimension per axis of ``x``: ``b`` for its batch axis, ``<prefix>d<i>`` otherwise."""
     shape = gb.shape(x)
     bax = gb.batch_axis(x) if not gb.is_weight(x) else None
@@ -166,7 +163,7 @@ def _dims_of(gb: "GraphBuilder", x: str, prefix: str = "", splittable: bool = Tr
     return dims, groups
 
 
-def _saved(gb: "GraphBuilder", *names) -> tuple[str, ...]:
+def _saved(gb: GraphState, *names) -> tuple[str, ...]:
     """Keep only activations / inputs (parameters and constants are resident anyway)."""
     out = []
     for n in names:
@@ -175,7 +172,7 @@ def _saved(gb: "GraphBuilder", *names) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _split_uses(gb: "GraphBuilder", uses):
+def _split_uses(gb: GraphState, uses):
     ins = tuple(u for u in uses if not gb.is_weight(u.tensor))
     prm = tuple(u for u in uses if gb.is_weight(u.tensor))
     return ins, prm
@@ -218,7 +215,7 @@ def _out_batch_axis(gb, tensors_and_offsets):
 # ----------------------------------------------------------------------------------------------
 # INPUT
 # ----------------------------------------------------------------------------------------------
-def input(gb: "GraphBuilder", specs, *, name: str = "input", batch_axes=None) -> tuple[str, ...]:
+def input(gb: GraphState, specs, *, name: str = "input", batch_axes=None) -> tuple[str, ...]:
     """The data-loading operator: produces the batch (and labels) as ``TensorRole.INPUT`` tensors.
 
     Parameters
@@ -263,7 +260,7 @@ def input(gb: "GraphBuilder", specs, *, name: str = "input", batch_axes=None) ->
 # LINEAR / MATMUL / BMM
 # ----------------------------------------------------------------------------------------------
 def linear(
-    gb: "GraphBuilder",
+    gb: GraphState,
     x: str,
     out_features: int | None = None,
     *,
@@ -394,7 +391,7 @@ def _matmul(gb, a, b, kind, name):
     return y
 
 
-def matmul(gb: "GraphBuilder", a: str, b: str, *, name: str = "matmul") -> str:
+def matmul(gb: GraphState, a: str, b: str, *, name: str = "matmul") -> str:
     """``a @ b`` with NumPy broadcasting over leading axes (``[..., M, K] @ [..., K, N]``).
 
     Loop dims: broadcast batch axes, ``m``, ``k`` (REDUCTION), ``n`` (PARAMETER when ``b`` is
@@ -403,7 +400,7 @@ def matmul(gb: "GraphBuilder", a: str, b: str, *, name: str = "matmul") -> str:
     return _matmul(gb, a, b, OpKind.MATMUL, name)
 
 
-def bmm(gb: "GraphBuilder", a: str, b: str, *, name: str = "bmm") -> str:
+def bmm(gb: GraphState, a: str, b: str, *, name: str = "bmm") -> str:
     """Batched ``[B, M, K] @ [B, K, N]``; same loop dims, FLOPs and saved tensors as :func:`matmul`."""
     return _matmul(gb, a, b, OpKind.BMM, name)
 
@@ -412,7 +409,7 @@ def bmm(gb: "GraphBuilder", a: str, b: str, *, name: str = "bmm") -> str:
 # ATTENTION
 # ----------------------------------------------------------------------------------------------
 def attention(
-    gb: "GraphBuilder",
+    gb: GraphState,
     q: str,
     k: str,
     v: str,
@@ -524,7 +521,7 @@ def _out_size(n, k, s, p, d=1, ceil=False):
 
 
 def conv2d(
-    gb: "GraphBuilder",
+    gb: GraphState,
     x: str,
     out_channels: int,
     kernel_size,
@@ -613,7 +610,7 @@ def conv2d(
 
 
 def pool2d(
-    gb: "GraphBuilder",
+    gb: GraphState,
     x: str,
     kernel_size=None,
     stride=None,
@@ -696,7 +693,7 @@ def pool2d(
 # ----------------------------------------------------------------------------------------------
 # elementwise
 # ----------------------------------------------------------------------------------------------
-def unary(gb: "GraphBuilder", x: str, fn: str, *, name: str | None = None, **attrs) -> str:
+def unary(gb: GraphState, x: str, fn: str, *, name: str | None = None, **attrs) -> str:
     """Elementwise ``fn(x)`` for ``fn`` in :data:`UNARY_FUNCTIONS`.
 
     Attributes: ``exponent`` (``pow``), ``scalar`` (``mul_scalar``/``add_scalar``/``rsub_scalar``),
@@ -742,7 +739,7 @@ def unary(gb: "GraphBuilder", x: str, fn: str, *, name: str | None = None, **att
     return y
 
 
-def expand(gb: "GraphBuilder", x: str, shape: Sequence[int], *, name: str = "expand") -> str:
+def expand(gb: GraphState, x: str, shape: Sequence[int], *, name: str = "expand") -> str:
     """Broadcast ``x`` to ``shape`` (``torch.expand``; -1 keeps an axis): a UNARY ``expand`` whose
     input indexes ``()`` on the broadcast axes. Identity returns ``x``. FLOPs 0."""
     xs = gb.shape(x)
@@ -770,7 +767,7 @@ def expand(gb: "GraphBuilder", x: str, shape: Sequence[int], *, name: str = "exp
     return y
 
 
-def pad(gb: "GraphBuilder", x: str, pads: Sequence[int], value: float = 0.0, *, name: str = "pad") -> str:
+def pad(gb: GraphState, x: str, pads: Sequence[int], value: float = 0.0, *, name: str = "pad") -> str:
     """Constant padding (``torch.nn.functional.pad(x, pads, value=value)``, mode ``"constant"``).
 
     ``pads`` lists ``(before, after)`` pairs from the *last* axis backwards, as torch does; all
@@ -809,7 +806,7 @@ def pad(gb: "GraphBuilder", x: str, pads: Sequence[int], value: float = 0.0, *, 
     return y
 
 
-def topk(gb: "GraphBuilder", x: str, k: int, *, name: str = "topk") -> tuple[str, str]:
+def topk(gb: GraphState, x: str, k: int, *, name: str = "topk") -> tuple[str, str]:
     """The ``k`` largest values along the last axis and their ``int64`` indices (sorted, as
     ``torch.topk(x, k, dim=-1)``): the router of a mixture of experts.
 
@@ -867,7 +864,7 @@ def _token_dims(gb, x, idx):
             LoopDim("k", k, DimKind.ATTRIBUTE, splittable=False)]
 
 
-def moe_dispatch(gb: "GraphBuilder", x: str, indices: str, num_experts: int, capacity: int, *,
+def moe_dispatch(gb: GraphState, x: str, indices: str, num_experts: int, capacity: int, *,
                  name: str = "moe_dispatch") -> str:
     """Send every token to the capacity slots of the experts its router chose.
 
@@ -904,7 +901,7 @@ def moe_dispatch(gb: "GraphBuilder", x: str, indices: str, num_experts: int, cap
     return y
 
 
-def moe_experts(gb: "GraphBuilder", x: str, up: str, down: str, *, activation: str = "silu", gated: bool = True,
+def moe_experts(gb: GraphState, x: str, up: str, down: str, *, activation: str = "silu", gated: bool = True,
                 transposed: bool = False, tokens: int | None = None, name: str = "moe_experts") -> str:
     """The experts' feed-forward on their capacity slots: ``down_e(act(gate_e x) * up_e x)``.
 
@@ -956,7 +953,7 @@ def moe_experts(gb: "GraphBuilder", x: str, up: str, down: str, *, activation: s
     return y
 
 
-def moe_combine(gb: "GraphBuilder", y: str, indices: str, weights: str, num_tokens: int | None = None, *,
+def moe_combine(gb: GraphState, y: str, indices: str, weights: str, num_tokens: int | None = None, *,
                 name: str = "moe_combine") -> str:
     """Bring the experts' outputs back to the tokens: ``out[g, s] = sum_j w[g, s, j] y[g, e_j, c_j]``.
 
@@ -1018,7 +1015,7 @@ def dropout(gb, x, p: float = 0.1, *, name=None):
     return unary(gb, x, "dropout", name=name, p=float(p))
 
 
-def binary(gb: "GraphBuilder", a: str, b: str, fn: str = "add", *, name: str | None = None, **attrs) -> str:
+def binary(gb: GraphState, a: str, b: str, fn: str = "add", *, name: str | None = None, **attrs) -> str:
     """Elementwise ``fn(a, b)`` with NumPy broadcasting (``fn`` in :data:`BINARY_FUNCTIONS`).
 
     Either operand may be a parameter (bias add, scale): its loop dimensions become PARAMETER.
@@ -1089,7 +1086,7 @@ def mul(gb, a, b, *, name=None):
 # normalisation / softmax / reductions
 # ----------------------------------------------------------------------------------------------
 def layer_norm(
-    gb: "GraphBuilder",
+    gb: GraphState,
     x: str,
     normalized_ndim: int = 1,
     *,
@@ -1159,7 +1156,7 @@ def layer_norm(
 
 
 def batch_norm(
-    gb: "GraphBuilder",
+    gb: GraphState,
     x: str,
     *,
     eps: float = 1e-5,
@@ -1227,7 +1224,7 @@ def batch_norm(
     return y
 
 
-def softmax(gb: "GraphBuilder", x: str, dim: int = -1, *, log: bool = False, name: str | None = None) -> str:
+def softmax(gb: GraphState, x: str, dim: int = -1, *, log: bool = False, name: str | None = None) -> str:
     """(Log-)softmax along ``dim``: that axis is ATTRIBUTE and **unsplittable**; saves the output.
 
     FLOPs 5 per element forward (max, subtract, exp, sum, divide/log), 4 backward.
@@ -1256,7 +1253,7 @@ def softmax(gb: "GraphBuilder", x: str, dim: int = -1, *, log: bool = False, nam
 
 
 def reduce(
-    gb: "GraphBuilder", x: str, dims: Sequence[int], fn: str = "sum", *, keepdim: bool = False, name: str | None = None
+    gb: GraphState, x: str, dims: Sequence[int], fn: str = "sum", *, keepdim: bool = False, name: str | None = None
 ) -> str:
     """Reduce ``x`` over ``dims`` with ``fn`` in ``sum``, ``mean``, ``amax``, ``amin`` (kind REDUCE).
 
@@ -1303,7 +1300,7 @@ def reduce(
 # EMBEDDING / RNN_CELL
 # ----------------------------------------------------------------------------------------------
 def embedding(
-    gb: "GraphBuilder",
+    gb: GraphState,
     ids: str,
     num_embeddings: int | None = None,
     embedding_dim: int | None = None,
@@ -1350,7 +1347,7 @@ def embedding(
 
 
 def rnn_cell(
-    gb: "GraphBuilder",
+    gb: GraphState,
     x: str,
     h: str | None,
     c: str | None,
@@ -1507,7 +1504,7 @@ def _refine(in_shape, out_shape):
     return segs
 
 
-def reshape(gb: "GraphBuilder", x: str, shape: Sequence[int], *, name: str = "reshape") -> str:
+def reshape(gb: GraphState, x: str, shape: Sequence[int], *, name: str = "reshape") -> str:
     """Reshape (view / flatten / unsqueeze / squeeze) with merged loop dimensions.
 
     The loop dims are the common refinement of the two shapes: ``[B, S, H*D] -> [B, S, H, D]``
@@ -1604,7 +1601,7 @@ def flatten(gb, x, start_dim: int = 1, end_dim: int = -1, *, name: str = "flatte
     return reshape(gb, x, xs[:s] + (math.prod(xs[s : e + 1]),) + xs[e + 1 :], name=name)
 
 
-def transpose(gb: "GraphBuilder", x: str, perm: Sequence[int], *, name: str = "transpose") -> str:
+def transpose(gb: GraphState, x: str, perm: Sequence[int], *, name: str = "transpose") -> str:
     """Permute the axes of ``x`` (``y.shape[i] = x.shape[perm[i]]``); identity returns ``x``.
 
     Loop dims: one per axis (all splittable), the output indexing them permuted. FLOPs 0.
@@ -1636,7 +1633,7 @@ def transpose(gb: "GraphBuilder", x: str, perm: Sequence[int], *, name: str = "t
     return y
 
 
-def concat(gb: "GraphBuilder", xs: Sequence[str], dim: int = 0, *, name: str = "concat") -> str:
+def concat(gb: GraphState, xs: Sequence[str], dim: int = 0, *, name: str = "concat") -> str:
     """Concatenate along ``dim``. The other axes are shared loop dims; along ``dim`` every
     input and the output have their own unsplittable loop dim (an output extent is a sum, not
     a product). FLOPs 0, nothing saved."""
@@ -1672,7 +1669,7 @@ def concat(gb: "GraphBuilder", xs: Sequence[str], dim: int = 0, *, name: str = "
     return y
 
 
-def split(gb: "GraphBuilder", x: str, sizes: Sequence[int] | int, dim: int = 0, *, name: str = "split") -> tuple[str, ...]:
+def split(gb: GraphState, x: str, sizes: Sequence[int] | int, dim: int = 0, *, name: str = "split") -> tuple[str, ...]:
     """Split along ``dim`` into pieces of ``sizes`` (an int: equal pieces, the last may be
     smaller, like ``torch.split``). Same loop-dim scheme as :func:`concat`. FLOPs 0."""
     xs = gb.shape(x)
@@ -1710,7 +1707,7 @@ def split(gb: "GraphBuilder", x: str, sizes: Sequence[int] | int, dim: int = 0, 
 # LOSS / OPAQUE
 # ----------------------------------------------------------------------------------------------
 def loss(
-    gb: "GraphBuilder",
+    gb: GraphState,
     logits: str,
     labels: str,
     *,
@@ -1780,7 +1777,7 @@ def avg_pool2d(gb, x, kernel_size=None, stride=None, padding=0, **kw):
 
 
 def opaque(
-    gb: "GraphBuilder",
+    gb: GraphState,
     inputs: Sequence[str],
     outputs: Sequence[tuple[str, Sequence[int], str]],
     *,
