@@ -131,6 +131,7 @@ class _Importer:
         self.ep = ep
         self.moe_capacity_factor = moe_capacity_factor
         self.batch = None
+        self.views: dict[str, tuple] = {}  # fx node of a slice/select -> (base node, dim, start, end)
         self.gb = GraphBuilder(name)
         self.env: dict[str, object] = {}  # fx node name -> IR tensor name / tuple / python value
         self.static: set[str] = set()  # IR tensors computed from constants only
@@ -308,7 +309,7 @@ class _Importer:
         if inplace:
             op = op[:-1]
         tins = self.tensor_args(node)
-        static = all(self.is_static_t(t) for t in tins)
+        static = op in _CREATION or all(self.is_static_t(t) for t in tins)  # creation reads shapes only
         before = len(gb.operators)
         try:
             res = self.rule(op, node, val)
@@ -387,6 +388,44 @@ class _Importer:
         count = gb.reduce(gb.unary(valid, "cast", dtype="float32", name=f"{nm}_valid_f32"),
                           list(range(len(ys))), "sum", name=f"{nm}_count")
         return gb.binary(total, count, "div", name=nm), count
+
+    def write_into_view(self, op, node, val):
+        """``copy_`` / ``fill_`` into a slice or select of a tensor, imported without mutation:
+        the base tensor becomes the concatenation of its untouched parts and the written block
+        (later readers of the base see the new tensor), e.g. the label shift of seq2seq models
+        (``shifted[:, 1:] = labels[:, :-1]; shifted[:, 0] = start``)."""
+        gb = self.gb
+        base_node, dim, start, end = self.views[node.args[0].name]
+        base = self.env.get(base_node)
+        if not isinstance(base, str):
+            return None
+        shape = gb.shape(base)
+        block = shape[:dim] + (end - start,) + shape[dim + 1:]
+        dtype = gb.dtype_of(base)
+        nm = node.name
+        src = node.args[1]
+        if op == "copy_" and self.is_tensor(src):
+            new = self.t(src)
+        elif op == "fill_" and self.is_tensor(src) and not gb.shape(self.t(src)):
+            new = gb.expand(gb.reshape(self.t(src), (1,) * len(block), name=f"{nm}_value"), block, name=f"{nm}_fill")
+        elif op == "fill_" and isinstance(src, (int, float)) and not isinstance(src, bool):
+            old = self.t(node.args[0])
+            new = gb.unary(gb.unary(old, "mul_scalar", scalar=0, name=f"{nm}_zero"), "add_scalar", scalar=src, name=nm)
+        else:
+            return None
+        if gb.shape(new) != block:
+            if math.prod(gb.shape(new)) == math.prod(block):
+                new = gb.reshape(new, block, name=f"{nm}_block")
+            else:
+                new = gb.expand(new, block, name=f"{nm}_block")
+        if gb.dtype_of(new) != dtype:
+            new = gb.unary(new, "cast", dtype=dtype, name=f"{nm}_cast")
+        n = shape[dim]
+        sizes = [s for s in (start, end - start, n - end) if s > 0]
+        pieces = list(gb.split(base, sizes, dim, name=f"{nm}_parts")) if len(sizes) > 1 else [base]
+        pieces[1 if start > 0 else 0] = new
+        self.env[base_node] = gb.concat(pieces, dim, name=f"{nm}_into") if len(pieces) > 1 else new
+        return new if tuple(int(s) for s in val.shape) == block else gb.reshape(new, self.shape_of(val), name=f"{nm}_view")
 
     def moe(self, node):
         """``tensoropt::moe_experts`` -> MOE_DISPATCH, MOE_EXPERTS, MOE_COMBINE.
@@ -702,9 +741,14 @@ class _Importer:
                 sizes = [s for s in (start, end - start, n - end) if s > 0]
                 pieces = gb.split(x, sizes, dim, name=nm)
                 piece = pieces[1 if start > 0 else 0]
+            src = A[0]
+            if src.op == "call_function" and _opname(src.target) not in _VIEWS:
+                self.views[node.name] = (src.name, dim, start, end)  # for a later write into it (copy_, fill_)
             if op == "select":
                 piece = gb.reshape(piece, self.shape_of(val), name=f"{nm}_squeeze")
             return piece
+        if op in ("copy_", "fill_") and isinstance(A[0], torch.fx.Node) and A[0].name in self.views:
+            return self.write_into_view(op, node, val)
         if op in ("mean", "sum") and (len(A) == 1 or (A[1] is None and not arg(2, "keepdim", False))):
             if K.get("dtype") is not None or not gb.shape(T(A[0])):
                 return None
