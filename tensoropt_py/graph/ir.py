@@ -20,7 +20,8 @@ description is what the configuration space and the cost model work from:
 Conventions the builders (:mod:`~tensoropt_py.graph.ops`, the zoo, the torch importer)
 follow, which the cost model may rely on:
 
-* ``outputs[0]`` is an operator's primary result. Further outputs are *auxiliary*
+* ``outputs[0]`` is an operator's primary result (SPLIT, TOPK and OPAQUE operators have
+  several results read by later operators). Further outputs of the other kinds are *auxiliary*
   tensors that only the backward pass reads (max-pool indices, dropout masks,
   layer/batch-norm statistics, attention log-sum-exp, the LSTM gate workspace, the
   log-probabilities of the loss): they appear in ``saved`` and are consumed by no

@@ -13,11 +13,32 @@ same-shape ``view``/``expand``, same-dtype ``to``, eval-mode ``dropout``), other
 become RESHAPE / TRANSPOSE / UNARY(expand) operators with merged loop dimensions.
 
 Tensors computed from constants only (position ids, causal masks built with ``arange``) are
-*static*: an op without a rule on static tensors becomes an OPAQUE operator silently; an op
-without a rule on data becomes a replicated OPAQUE operator with a ``warnings.warn`` naming
-it, and one that reads a parameter raises :class:`~tensoropt_py.errors.UnsupportedOperatorError`.
-OPAQUE operators keep the aten target and arguments in ``attrs`` so
+*static*. OPAQUE operators keep the aten target and arguments in ``attrs`` so
 :func:`~tensoropt_py.graph.torch_ops.run_graph` can execute them.
+
+What the importer does with what it meets:
+
+* **an operator without a rule** on tensors computed from constants only (position ids, masks
+  built with ``arange``) becomes an OPAQUE operator silently; on data (inputs, labels) a
+  replicated OPAQUE operator with a ``warnings.warn`` naming it (the planner cannot split it,
+  the executor replays the aten call); reading a parameter, an
+  :class:`~tensoropt_py.errors.UnsupportedOperatorError` naming the operator.
+* **zero-size tensors** (the empty pass-through half of a full rotary split, the empty key/value
+  tensors of a cache) hold no data and become no IR tensor: ``cat`` drops them, an operator
+  whose result is empty adds nothing, another reader of one is replayed with an empty tensor.
+* **in-place arithmetic** (``div_``, ``add_``, ``masked_fill_``...) on a result that is not a view
+  is imported out of place, later readers see the new tensor; ``copy_`` / ``fill_`` into a slice
+  of a tensor (the label shift of seq2seq models) rebuild the tensor by split and concat.
+* **LayerDrop** (``if self.training and torch.rand([]) < p: skip the layer``: OPT, BART, ...)
+  is resolved to "no layer skipped" while exporting (LayerDrop attributes set to 0, a 0-d
+  ``torch.rand`` draw reads 1.0), with a warning; other branches on tensor data raise an
+  :class:`~tensoropt_py.errors.UnsupportedOperatorError` naming the line.
+* **mixture of experts**: Hugging Face experts modules become MOE_DISPATCH -> MOE_EXPERTS ->
+  MOE_COMBINE (see :mod:`~tensoropt_py.graph.torch_moe`), dropless by default (capacity = the
+  tokens of a sequence: exact), or with ``moe_capacity_factor`` (tokens beyond capacity dropped).
+* **meta-device modules** (built under ``torch.device("meta")``, no weights in memory) import
+  the same way: the graph is all planning needs; running it needs real weights
+  (:func:`~tensoropt_py.graph.torch_ops.run_graph` says so).
 
 A ``reduction="mean"`` cross-entropy / NLL loss divides by the number of labels that are not
 ``ignore_index`` (data-dependent: causal LMs ignore the last position of every sequence). It
@@ -887,6 +908,11 @@ def from_torch(module: torch.nn.Module, example_inputs=(), *, name: str | None =
         Graph name (default: the module's class name).
     kwargs : dict, optional
         Keyword example inputs (e.g. ``{"input_ids": ids, "labels": labels}``).
+    moe_capacity_factor : float, optional
+        Capacity of every expert per sequence as a multiple of its fair share of the routed
+        tokens (GShard / Switch); None (default): dropless, the exact computation of the module.
+    strict : bool
+        ``torch.export``'s strict mode (default False).
 
     Returns
     -------
@@ -896,6 +922,13 @@ def from_torch(module: torch.nn.Module, example_inputs=(), *, name: str | None =
     Raises
     ------
     UnsupportedOperatorError
-        An aten operator without an IR rule reads parameters.
+        An aten operator without an IR rule reads parameters, or the module branches on tensor
+        data (other than LayerDrop).
+
+    Warns
+    -----
+    UserWarning
+        An operator without a rule on data (replicated OPAQUE); LayerDrop branches resolved;
+        an MoE capacity factor that drops tokens; an experts module left as traced.
     """
     return from_torch_with_state(module, example_inputs, name=name, **kwargs)[0]

@@ -4,7 +4,8 @@
 
 Every model (tests/mpi/hf_models.py) is imported with from_torch, its frontier on N devices of
 ``cpu-1x4`` is tracked, and the two ends of the frontier (plus, for a mixture of experts, the
-first frontier plan that splits the experts across devices) train for a few steps; the losses
+first frontier plan that splits the experts across devices, and ``--random K`` random frontier
+plans) train for a few steps; the losses
 and final parameters must equal single-process training of the same graph (``reference_train``).
 Any mismatch raises on the rank that saw it (python -m mpi4py then aborts the job). Rank 0
 writes a JSON summary to OUT.json.
@@ -32,6 +33,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("out")
 ap.add_argument("--models", default="llama,bert,t5,vit,mixtral")
 ap.add_argument("--steps", type=int, default=2)
+ap.add_argument("--random", type=int, default=0, help="random frontier plans per model, besides the ends")
 args = ap.parse_args()
 comm = MPI.COMM_WORLD
 n = comm.Get_size()
@@ -57,6 +59,9 @@ def check(arch):
         if ep is None:
             raise AssertionError(f"{arch} on {n}: no frontier plan splits the experts")
         plans.append((f"expert_parallel[{ep}]", fr.plan(ep)))
+    rng = np.random.default_rng(n)
+    for i in rng.permutation(np.arange(1, max(len(fr) - 1, 1)))[: args.random]:
+        plans.append((f"frontier[{int(i)}]", fr.plan(int(i))))
     out = {"kind": hf_models.KINDS[arch], "frontier_points": len(fr), "plans": []}
     ref_losses, ref_params = reference_train(graph, args.steps, seed=3, optimizer="adam", lr=1e-2)
     for name, plan in plans:
