@@ -266,8 +266,8 @@ def test_moe_expert_parallel_plans_are_on_the_frontier(imported):
     split = [p for p in range(len(fr)) if any(mcg.configs[i][fr.choices[p][i]].assignment[e] >= 0 for i in idx)]
     assert split, "no frontier point splits the experts"
     # an expert-parallel plan moves tokens between a token split and an expert split: all-to-all
-    kinds = {c.kind for p in split for e_ in fr.plan(p).edges for c in e_.forward + e_.backward
-             if "moe" in e_.consumer or "moe" in e_.producer}
+    kinds = {c.kind for p in split[:: max(1, len(split) // 10)] for e_ in fr.plan(p).edges
+             for c in e_.forward + e_.backward if "moe" in e_.consumer or "moe" in e_.producer}
     assert "all_to_all" in kinds, kinds
 
 
