@@ -88,6 +88,19 @@ def test_imports_exactly(imported, arch):
     assert torch.allclose(got, want, rtol=1e-5, atol=1e-5), (float(got), float(want))
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", sorted(hf_models.MORE_KINDS))
+def test_more_architectures_import_exactly(arch):
+    module, inputs, graph, values, caught = _import(arch)
+    assert opaque_on_parameter_paths(graph) == []  # (mBART's label shift keeps two on the labels)
+    assert graph.num_parameters == sum(p.numel() for p in module.parameters())
+    assert (graph.kinds().get("moe_experts", 0) > 0) == (hf_models.MORE_KINDS[arch] == "moe")
+    with torch.no_grad():
+        got = run_graph(graph, inputs, values)[graph.outputs[0]]
+        want = module(**inputs)
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-5), (float(got), float(want))
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 def test_frontier_on_8_devices(imported, arch):
     graph = imported(arch)[2]

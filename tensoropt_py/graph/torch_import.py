@@ -731,6 +731,11 @@ class _Importer:
             if gb.dtype_of(T(cond)) != "bool" or _dtype_name(val.dtype) != gb.dtype_of(T(x)):
                 return None
             return gb.binary(T(x), T(cond), op, scalar=other, name=nm)
+        if op == "index" and self.is_tensor(A[0]) and self.is_param(T(A[0])) and len(A[1]) == 1 \
+                and self.is_tensor(A[1][0]) and len(gb.shape(T(A[0]))) == 2 \
+                and gb.dtype_of(T(A[1][0])) in ("int64", "int32"):
+            # a parameter table indexed by integer ids (a relative-position bias table): a lookup
+            return gb.embedding(T(A[1][0]), weight=T(A[0]), name=nm)
         if op == "moe_experts":
             return self.moe(node)
         if op == "topk":

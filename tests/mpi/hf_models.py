@@ -81,16 +81,57 @@ def _factories():
     }
 
 
+def _more_factories():
+    """Further architectures (checked by a slow test: import and loss only)."""
+    import transformers as T
+
+    def dec(**kw):
+        return _decoder_cfg(num_key_value_heads=2, **kw)
+
+    vit_like = dict(image_size=16, patch_size=4, hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                    intermediate_size=FFN, num_labels=10, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    return {
+        "qwen3": lambda: T.Qwen3ForCausalLM(T.Qwen3Config(**dec(head_dim=8))),
+        "qwen3_moe": lambda: T.Qwen3MoeForCausalLM(T.Qwen3MoeConfig(**dec(
+            head_dim=8, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32))),
+        "olmoe": lambda: T.OlmoeForCausalLM(T.OlmoeConfig(**dec(num_experts=4, num_experts_per_tok=2))),
+        "gemma2": lambda: T.Gemma2ForCausalLM(T.Gemma2Config(**dec(head_dim=8))),
+        "gemma3": lambda: T.Gemma3ForCausalLM(T.Gemma3TextConfig(**dec(head_dim=8))),
+        "phi": lambda: T.PhiForCausalLM(T.PhiConfig(**_decoder_cfg(resid_pdrop=0.0, embd_pdrop=0.0))),
+        "stablelm": lambda: T.StableLmForCausalLM(T.StableLmConfig(**dec())),
+        "starcoder2": lambda: T.Starcoder2ForCausalLM(T.Starcoder2Config(**dec(residual_dropout=0.0,
+                                                                                embedding_dropout=0.0))),
+        "granite": lambda: T.GraniteForCausalLM(T.GraniteConfig(**dec())),
+        "olmo2": lambda: T.Olmo2ForCausalLM(T.Olmo2Config(**dec())),
+        "distilbert": lambda: T.DistilBertForMaskedLM(T.DistilBertConfig(
+            vocab_size=V, dim=HIDDEN, n_layers=LAYERS, n_heads=HEADS, hidden_dim=FFN, max_position_embeddings=64,
+            dropout=0.0, attention_dropout=0.0)),
+        "electra": lambda: T.ElectraForMaskedLM(T.ElectraConfig(**_encoder_cfg(embedding_size=HIDDEN))),
+        "mbart": lambda: T.MBartForConditionalGeneration(T.MBartConfig(
+            vocab_size=V, d_model=HIDDEN, encoder_layers=LAYERS, decoder_layers=LAYERS, encoder_attention_heads=HEADS,
+            decoder_attention_heads=HEADS, encoder_ffn_dim=FFN, decoder_ffn_dim=FFN, max_position_embeddings=64,
+            dropout=0.0, attention_dropout=0.0, use_cache=False, pad_token_id=1)),
+        "deit": lambda: T.DeiTForImageClassification(T.DeiTConfig(**vit_like)),
+        "resnet": lambda: T.ResNetForImageClassification(T.ResNetConfig(
+            hidden_sizes=[8, 16], depths=[1, 1], embedding_size=8, num_labels=10)),
+    }
+
+
 #: Architecture -> kind (decoder, encoder, encoder-decoder, vision, moe).
 KINDS = {"gpt2": "decoder", "llama": "decoder", "qwen2": "decoder", "mistral": "decoder", "gemma": "decoder",
          "gpt_neox": "decoder", "phi3": "decoder", "opt": "decoder", "bert": "encoder", "roberta": "encoder",
          "t5": "encoder-decoder", "bart": "encoder-decoder", "vit": "vision", "mixtral": "moe", "qwen2_moe": "moe"}
+#: The further architectures of the slow test.
+MORE_KINDS = {"qwen3": "decoder", "qwen3_moe": "moe", "olmoe": "moe", "gemma2": "decoder", "gemma3": "decoder",
+              "phi": "decoder", "stablelm": "decoder", "starcoder2": "decoder", "granite": "decoder",
+              "olmo2": "decoder", "distilbert": "encoder", "electra": "encoder", "mbart": "encoder-decoder",
+              "deit": "vision", "resnet": "vision"}
 
 
 def example_inputs(arch):
     """Seeded keyword inputs of ``arch`` (token ids and labels, or images and classes)."""
     gen = torch.Generator().manual_seed(1)
-    if arch == "vit":
+    if arch in ("vit", "deit", "resnet"):
         return {"pixel_values": torch.randn(B, 3, 16, 16, generator=gen),
                 "labels": torch.randint(0, 10, (B,), generator=gen)}
     return {"input_ids": torch.randint(2, V, (B, S), generator=gen), "labels": torch.randint(2, V, (B, S), generator=gen)}
@@ -100,7 +141,7 @@ def module(arch):
     """``(LossOf(model), example_inputs)`` of a tiny ``arch`` with seeded weights (the caller's RNG untouched)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        model = _factories()[arch]()
+        model = (_factories() | _more_factories())[arch]()
     return LossOf(model).eval(), example_inputs(arch)
 
 
