@@ -410,6 +410,20 @@ class _Importer:
                           list(range(len(ys))), "sum", name=f"{nm}_count")
         return gb.binary(total, count, "div", name=nm), count
 
+    def strided_slice(self, x, dim, start, end, step, val, nm):
+        """``x[..., start:end:step]`` (interleaved rotary halves, patch merging) as a reshape of
+        the axis into ``[n / step, step]``, a slice of the inner axis and a reshape back. Only
+        when ``step`` divides the axis and the slice runs to its end from a start below ``step``."""
+        gb = self.gb
+        shape = gb.shape(x)
+        n = shape[dim]
+        if step < 1 or n % step or start >= step or end < n - (step - 1 - start):
+            return None
+        grid = gb.reshape(x, shape[:dim] + (n // step, step) + shape[dim + 1:], name=f"{nm}_grid")
+        sizes = [s for s in (start, 1, step - start - 1) if s > 0]
+        piece = gb.split(grid, sizes, dim + 1, name=nm)[1 if start > 0 else 0] if len(sizes) > 1 else grid
+        return gb.reshape(piece, self.shape_of(val), name=f"{nm}_strided")
+
     def write_into_view(self, op, node, val):
         """``copy_`` / ``fill_`` into a slice or select of a tensor, imported without mutation:
         the base tensor becomes the concatenation of its untouched parts and the written block
@@ -572,6 +586,8 @@ class _Importer:
                 return None
             return gb.avg_pool2d(x, tuple(k) if isinstance(k, (list, tuple)) else k, tuple(s) if isinstance(s, (list, tuple)) else s,
                                  tuple(p) if isinstance(p, (list, tuple)) else p, ceil_mode=ceil, count_include_pad=cip, name=nm)
+        if op == "adaptive_avg_pool1d" and list(A[1]) == [1]:  # a mean over the last axis (Swin's pooler)
+            return gb.reduce(T(A[0]), [-1], "mean", keepdim=True, name=nm)
         if op in ("adaptive_avg_pool2d", "_adaptive_avg_pool2d"):
             return gb.avg_pool2d(T(A[0]), output_size=tuple(self.shape_of(val)[2:]), name=nm)
         if op in _UNARY:
@@ -742,7 +758,8 @@ class _Importer:
             k, dim = A[1], arg(2, "dim", -1)
             largest, srt = arg(3, "largest", True), arg(4, "sorted", True)
             x = T(A[0])
-            if dim % len(gb.shape(x)) != len(gb.shape(x)) - 1 or not largest or not srt:
+            # sorted=False leaves the order unspecified: the sorted order is one valid answer
+            if dim % len(gb.shape(x)) != len(gb.shape(x)) - 1 or not largest:
                 return None
             return gb.topk(x, k, name=nm)
         if op in ("slice", "narrow", "select"):
@@ -752,10 +769,10 @@ class _Importer:
             n = shape[dim]
             if op == "slice":
                 start, end, step = (A[2] if len(A) > 2 else 0), (A[3] if len(A) > 3 else None), (A[4] if len(A) > 4 else 1)
-                if step != 1:
-                    return None
                 start = 0 if start is None else (start + n if start < 0 else min(start, n))
                 end = n if end is None else (end + n if end < 0 else min(end, n))
+                if step != 1:
+                    return self.strided_slice(x, dim, start, end, step, val, nm)
             elif op == "narrow":
                 start, end = A[2] % n, A[2] % n + A[3]
             else:

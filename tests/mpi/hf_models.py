@@ -114,6 +114,9 @@ def _more_factories():
         "deit": lambda: T.DeiTForImageClassification(T.DeiTConfig(**vit_like)),
         "resnet": lambda: T.ResNetForImageClassification(T.ResNetConfig(
             hidden_sizes=[8, 16], depths=[1, 1], embedding_size=8, num_labels=10)),
+        "swin": lambda: T.SwinForImageClassification(T.SwinConfig(
+            image_size=16, patch_size=2, embed_dim=16, depths=[1, 1], num_heads=[2, 2], window_size=4, num_labels=10,
+            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, drop_path_rate=0.0)),
     }
 
 
@@ -125,13 +128,13 @@ KINDS = {"gpt2": "decoder", "llama": "decoder", "qwen2": "decoder", "mistral": "
 MORE_KINDS = {"qwen3": "decoder", "qwen3_moe": "moe", "olmoe": "moe", "gemma2": "decoder", "gemma3": "decoder",
               "phi": "decoder", "stablelm": "decoder", "starcoder2": "decoder", "granite": "decoder",
               "olmo2": "decoder", "distilbert": "encoder", "electra": "encoder", "mbart": "encoder-decoder",
-              "deit": "vision", "resnet": "vision"}
+              "deit": "vision", "resnet": "vision", "swin": "vision"}
 
 
 def example_inputs(arch):
     """Seeded keyword inputs of ``arch`` (token ids and labels, or images and classes)."""
     gen = torch.Generator().manual_seed(1)
-    if arch in ("vit", "deit", "resnet"):
+    if arch in ("vit", "deit", "resnet", "swin"):
         return {"pixel_values": torch.randn(B, 3, 16, 16, generator=gen),
                 "labels": torch.randint(0, 10, (B,), generator=gen)}
     return {"input_ids": torch.randint(2, V, (B, S), generator=gen), "labels": torch.randint(2, V, (B, S), generator=gen)}
