@@ -326,7 +326,8 @@ class _Importer:
         if _is_empty_val(val):  # a zero-size result holds no data: no operator
             self.env[node.name] = _Empty(val.shape, _dtype_name(val.dtype))
             return
-        inplace = op in _INPLACE and self._may_update_in_place(node)
+        view_write = op in _INPLACE and isinstance(node.args[0], torch.fx.Node) and node.args[0].name in self.views
+        inplace = op in _INPLACE and (view_write or self._may_update_in_place(node))
         if inplace:
             op = op[:-1]
         tins = self.tensor_args(node)
@@ -340,6 +341,9 @@ class _Importer:
             res = None
         if res is None:
             res = self.opaque(op, node, val, tins, static)
+        elif view_write and isinstance(res, str):  # the base tensor gets the updated block
+            res = self.splice(node.args[0].name, res, node.name, val)
+            self.env[node.args[0].name] = res
         elif inplace:  # later readers of the updated tensor see the new value
             self.env[node.args[0].name] = res
         self.env[node.name] = res
@@ -436,7 +440,6 @@ class _Importer:
             return None
         shape = gb.shape(base)
         block = shape[:dim] + (end - start,) + shape[dim + 1:]
-        dtype = gb.dtype_of(base)
         nm = node.name
         src = node.args[1]
         if op == "copy_" and self.is_tensor(src):
@@ -448,13 +451,24 @@ class _Importer:
             new = gb.unary(gb.unary(old, "mul_scalar", scalar=0, name=f"{nm}_zero"), "add_scalar", scalar=src, name=nm)
         else:
             return None
+        return self.splice(node.args[0].name, new, nm, val)
+
+    def splice(self, view, new, nm, val):
+        """Write ``new`` into the block the slice/select ``view`` (an fx node name) reads of its
+        base: the base becomes split + concat with ``new`` in place of the block (later readers
+        of the base see it). Returns ``new`` shaped like ``val`` (the view)."""
+        gb = self.gb
+        base_node, dim, start, end = self.views[view]
+        base = self.env[base_node]
+        shape = gb.shape(base)
+        block = shape[:dim] + (end - start,) + shape[dim + 1:]
         if gb.shape(new) != block:
             if math.prod(gb.shape(new)) == math.prod(block):
                 new = gb.reshape(new, block, name=f"{nm}_block")
             else:
                 new = gb.expand(new, block, name=f"{nm}_block")
-        if gb.dtype_of(new) != dtype:
-            new = gb.unary(new, "cast", dtype=dtype, name=f"{nm}_cast")
+        if gb.dtype_of(new) != gb.dtype_of(base):
+            new = gb.unary(new, "cast", dtype=gb.dtype_of(base), name=f"{nm}_cast")
         n = shape[dim]
         sizes = [s for s in (start, end - start, n - end) if s > 0]
         pieces = list(gb.split(base, sizes, dim, name=f"{nm}_parts")) if len(sizes) > 1 else [base]
