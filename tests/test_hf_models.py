@@ -358,6 +358,7 @@ def test_every_moe_config_is_exact_on_local_shards(imported, n):
 # ----------------------------------------------------------------------------------------------
 # models larger than the machine: the meta device
 # ----------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_llama3_8b_shaped_model_on_the_meta_device_imports():
     cfg = transformers.LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
                                    num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
@@ -409,3 +410,18 @@ def test_executor_at_2_processes_trains_like_one(tmp_path):
         assert any(p["collectives"] for p in res["plans"]), arch  # something was communicated
     moe = summary["models"]["mixtral"]["plans"]
     assert any(p["expert_split"] and "all_to_all" in p["collectives"] for p in moe)
+
+
+def test_mixtral_8x7b_shaped_layers_on_the_meta_device_import_as_experts():
+    # two layers of Mixtral-8x7B's shape (8 experts of 4096 x 14336, top-2), no weights in memory
+    cfg = transformers.MixtralConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=2,
+                                     num_attention_heads=32, num_key_value_heads=8, vocab_size=32000,
+                                     num_local_experts=8, num_experts_per_tok=2, use_cache=False)
+    with torch.device("meta"):
+        model = transformers.MixtralForCausalLM(cfg)
+    ids = torch.zeros(2, 32, dtype=torch.long, device="meta")
+    graph = from_torch(hf_models.LossOf(model).eval(), {"input_ids": ids, "labels": ids})
+    assert graph.num_parameters == sum(p.numel() for p in model.parameters())
+    experts = [op for op in graph if op.kind is OpKind.MOE_EXPERTS]
+    assert len(experts) == 2 and all(op.loop_dim("e").size == 8 for op in experts)
+    assert opaque_on_parameter_paths(graph) == []
