@@ -1,6 +1,6 @@
 """Model zoo: parameter / FLOP closed forms, the paper's sizes, structure, and CPU execution."""
 
-import time
+import math
 
 import pytest
 import torch
@@ -116,17 +116,16 @@ def test_paper_scale(name):
     include gradients and Adam state) and for WideResNet at batch 256 on 224x224 images (our
     saved activations alone are ~180 GiB), so only a loose sanity bound is asserted.
     """
-    t = time.perf_counter()
     g = PAPER[name]()
-    build = time.perf_counter() - t
     gib = g.parameter_bytes / GiB
     paper = zoo.PAPER_PARAMETER_GIB[name]
     mem = g.memory_estimate() / GiB
     print(f"\n{name}: {g.num_parameters:,} params = {gib:.2f} GiB (paper {paper}); memory estimate {mem:.1f} GiB "
-          f"(paper {zoo.PAPER_MEMORY_GIB.get(name, '-')}); {len(g)} ops built in {build:.2f}s")
+          f"(paper {zoo.PAPER_MEMORY_GIB.get(name, '-')}); {len(g)} ops")
     assert abs(gib - paper) / paper < 0.10
     assert g.parameter_bytes * 4 < g.memory_estimate() < 10 * g.parameter_bytes * 4 + 500 * GiB
-    assert build < 5.0
+    assert math.isfinite(g.flops) and g.flops > 0
+    assert all(g.parameter_users().values())  # every parameter is read by some operator
     _check_structure(g)
     assert all(op.loop_dims[0].size == 256 for op in g if op.kind is OpKind.INPUT)
 

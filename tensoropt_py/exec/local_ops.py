@@ -18,6 +18,8 @@ shape-carrying attributes adjusted, plus the corrections that keep partial sums 
   elsewhere: Megatron's vocab-parallel embedding);
 * causal attention split over query positions gets an explicit mask offset by the block's
   first position;
+* mixture-of-experts dispatch / combine split over the experts fill / read the capacity slots
+  of the local experts only (the combine's output is then a partial sum over the experts);
 * attention split over the value features ``e`` computes the full log-sum-exp of the scores
   (which does not depend on ``e``) on every device, while its layout is partial over that
   axis: the devices at coordinate 0 of the partial axes keep it, the others hold zeros.
@@ -52,7 +54,7 @@ class UnsupportedConfigError(NotImplementedError, TensorOptError):
 
 
 _LINEAR_IN_SPLIT = {OpKind.LINEAR, OpKind.MATMUL, OpKind.BMM, OpKind.CONV2D, OpKind.EMBEDDING, OpKind.REDUCE,
-                    OpKind.LOSS}
+                    OpKind.LOSS, OpKind.MOE_COMBINE}
 
 
 def _fail(op, cfg, why):
@@ -233,5 +235,11 @@ def prepare(op: Operator, cfg, graph, rank: int) -> LocalOp:
             attrs["causal"] = False
             attrs["order"] = tuple(a("order")) + ("__causal_mask__",)
             kw["causal_q0"] = q0
+    if kind in (OpKind.MOE_DISPATCH, OpKind.MOE_COMBINE):
+        # the experts block this device holds (expert parallelism): its slots only
+        ui = nin + npar if kind is OpKind.MOE_DISPATCH else 0
+        e0, e1 = region(lay[ui], shapes[ui], rank)[1]
+        if e1 - e0 != a("num_experts"):
+            attrs["expert_offset"], attrs["local_experts"] = e0, e1 - e0
     local_op = dataclasses.replace(op, attrs=tuple(attrs.items())) if attrs != dict(op.attrs) else op
     return LocalOp(op, local_op, out_shapes, **kw)

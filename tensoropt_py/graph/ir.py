@@ -20,7 +20,8 @@ description is what the configuration space and the cost model work from:
 Conventions the builders (:mod:`~tensoropt_py.graph.ops`, the zoo, the torch importer)
 follow, which the cost model may rely on:
 
-* ``outputs[0]`` is an operator's primary result. Further outputs are *auxiliary*
+* ``outputs[0]`` is an operator's primary result (SPLIT, TOPK and OPAQUE operators have
+  several results read by later operators). Further outputs of the other kinds are *auxiliary*
   tensors that only the backward pass reads (max-pool indices, dropout masks,
   layer/batch-norm statistics, attention log-sum-exp, the LSTM gate workspace, the
   log-probabilities of the loss): they appear in ``saved`` and are consumed by no
@@ -110,6 +111,11 @@ class OpKind(str, Enum):
     SPLIT = "split"
     LOSS = "loss"
     REDUCE = "reduce"  # sum / mean / amax over some dimensions (added after the first version of the IR)
+    PAD = "pad"  # constant padding of some axes (torch.nn.functional.pad, mode "constant")
+    TOPK = "topk"  # the k largest values along the last axis and their indices (MoE routing)
+    MOE_DISPATCH = "moe_dispatch"  # tokens -> per-expert capacity slots [groups, experts, capacity, hidden]
+    MOE_EXPERTS = "moe_experts"  # the experts' gated feed-forward, one weight block per expert
+    MOE_COMBINE = "moe_combine"  # expert outputs -> tokens, weighted by the router's top-k weights
     OPAQUE = "opaque"  # an operator with no rule: kept replicated
 
 

@@ -1,6 +1,7 @@
 """Operator builders: one function per :class:`~tensoropt_py.graph.ir.OpKind`, plus conveniences.
 
-Every function takes a :class:`~tensoropt_py.graph.builder.GraphBuilder` first, appends
+Every function takes a :class:`~tensoropt_py.graph.state.GraphState` (in practice a
+:class:`~tensoropt_py.graph.builder.GraphBuilder`, which has them all as methods) first, appends
 one operator and returns the name of its primary output (a tuple for several).
 Activations are referred to by name; a name whose role is PARAMETER or CONSTANT is
 read through ``Operator.params``. FLOP counts are closed forms of the whole operator
@@ -34,13 +35,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
-
 from ..errors import InvalidInputError
 from .ir import DimKind, LoopDim, Operator, OpKind, TensorRole, TensorUse
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .builder import GraphBuilder
+from .state import GraphState
 
 __all__ = [
     "input",
@@ -65,6 +62,11 @@ __all__ = [
     "reduce",
     "opaque",
     "expand",
+    "pad",
+    "topk",
+    "moe_dispatch",
+    "moe_experts",
+    "moe_combine",
     # conveniences
     "relu",
     "gelu",
@@ -108,7 +110,11 @@ UNARY_FUNCTIONS: dict[str, tuple[float, float, str]] = {
     "expand": (0, 0, "none"),  # broadcast to attr shape: built by expand(), input indexed by () on new axes
     "cast": (0, 0, "none"),  # attr dtype
     "dropout": (2, 1, "mask"),  # attr p
+    "compare": (1, 0, "none"),  # attrs op (gt, ge, lt, le, eq, ne) and scalar: a bool tensor, no gradient
 }
+
+#: The comparisons of the UNARY ``compare`` function.
+COMPARISONS = ("gt", "ge", "lt", "le", "eq", "ne")
 
 #: Binary functions: name -> (forward FLOPs per output element, backward, which inputs autograd saves).
 BINARY_FUNCTIONS: dict[str, tuple[float, float, str]] = {
@@ -118,6 +124,9 @@ BINARY_FUNCTIONS: dict[str, tuple[float, float, str]] = {
     "div": (1, 4, "both"),
     "maximum": (1, 1, "both"),
     "minimum": (1, 1, "both"),
+    # the second operand is a boolean condition (no gradient), attr ``scalar``:
+    "where": (1, 1, "second"),  # torch.where(b, a, scalar)
+    "masked_fill": (1, 1, "second"),  # a.masked_fill(b, scalar)
 }
 
 
@@ -139,7 +148,7 @@ def _pair(v, what: str) -> tuple[int, int]:
     return v
 
 
-def _dims_of(gb: "GraphBuilder", x: str, prefix: str = "", splittable: bool = True):
+def _dims_of(gb: GraphState, x: str, prefix: str = "", splittable: bool = True):
     """One loop dimension per axis of ``x``: ``b`` for its batch axis, ``<prefix>d<i>`` otherwise."""
     shape = gb.shape(x)
     bax = gb.batch_axis(x) if not gb.is_weight(x) else None
@@ -154,7 +163,7 @@ def _dims_of(gb: "GraphBuilder", x: str, prefix: str = "", splittable: bool = Tr
     return dims, groups
 
 
-def _saved(gb: "GraphBuilder", *names) -> tuple[str, ...]:
+def _saved(gb: GraphState, *names) -> tuple[str, ...]:
     """Keep only activations / inputs (parameters and constants are resident anyway)."""
     out = []
     for n in names:
@@ -163,7 +172,7 @@ def _saved(gb: "GraphBuilder", *names) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _split_uses(gb: "GraphBuilder", uses):
+def _split_uses(gb: GraphState, uses):
     ins = tuple(u for u in uses if not gb.is_weight(u.tensor))
     prm = tuple(u for u in uses if gb.is_weight(u.tensor))
     return ins, prm
@@ -206,7 +215,7 @@ def _out_batch_axis(gb, tensors_and_offsets):
 # ----------------------------------------------------------------------------------------------
 # INPUT
 # ----------------------------------------------------------------------------------------------
-def input(gb: "GraphBuilder", specs, *, name: str = "input", batch_axes=None) -> tuple[str, ...]:
+def input(gb: GraphState, specs, *, name: str = "input", batch_axes=None) -> tuple[str, ...]:
     """The data-loading operator: produces the batch (and labels) as ``TensorRole.INPUT`` tensors.
 
     Parameters
@@ -251,7 +260,7 @@ def input(gb: "GraphBuilder", specs, *, name: str = "input", batch_axes=None) ->
 # LINEAR / MATMUL / BMM
 # ----------------------------------------------------------------------------------------------
 def linear(
-    gb: "GraphBuilder",
+    gb: GraphState,
     x: str,
     out_features: int | None = None,
     *,
@@ -382,7 +391,7 @@ def _matmul(gb, a, b, kind, name):
     return y
 
 
-def matmul(gb: "GraphBuilder", a: str, b: str, *, name: str = "matmul") -> str:
+def matmul(gb: GraphState, a: str, b: str, *, name: str = "matmul") -> str:
     """``a @ b`` with NumPy broadcasting over leading axes (``[..., M, K] @ [..., K, N]``).
 
     Loop dims: broadcast batch axes, ``m``, ``k`` (REDUCTION), ``n`` (PARAMETER when ``b`` is
@@ -391,7 +400,7 @@ def matmul(gb: "GraphBuilder", a: str, b: str, *, name: str = "matmul") -> str:
     return _matmul(gb, a, b, OpKind.MATMUL, name)
 
 
-def bmm(gb: "GraphBuilder", a: str, b: str, *, name: str = "bmm") -> str:
+def bmm(gb: GraphState, a: str, b: str, *, name: str = "bmm") -> str:
     """Batched ``[B, M, K] @ [B, K, N]``; same loop dims, FLOPs and saved tensors as :func:`matmul`."""
     return _matmul(gb, a, b, OpKind.BMM, name)
 
@@ -400,7 +409,7 @@ def bmm(gb: "GraphBuilder", a: str, b: str, *, name: str = "bmm") -> str:
 # ATTENTION
 # ----------------------------------------------------------------------------------------------
 def attention(
-    gb: "GraphBuilder",
+    gb: GraphState,
     q: str,
     k: str,
     v: str,
@@ -512,7 +521,7 @@ def _out_size(n, k, s, p, d=1, ceil=False):
 
 
 def conv2d(
-    gb: "GraphBuilder",
+    gb: GraphState,
     x: str,
     out_channels: int,
     kernel_size,
@@ -601,7 +610,7 @@ def conv2d(
 
 
 def pool2d(
-    gb: "GraphBuilder",
+    gb: GraphState,
     x: str,
     kernel_size=None,
     stride=None,
@@ -684,22 +693,25 @@ def pool2d(
 # ----------------------------------------------------------------------------------------------
 # elementwise
 # ----------------------------------------------------------------------------------------------
-def unary(gb: "GraphBuilder", x: str, fn: str, *, name: str | None = None, **attrs) -> str:
+def unary(gb: GraphState, x: str, fn: str, *, name: str | None = None, **attrs) -> str:
     """Elementwise ``fn(x)`` for ``fn`` in :data:`UNARY_FUNCTIONS`.
 
     Attributes: ``exponent`` (``pow``), ``scalar`` (``mul_scalar``/``add_scalar``/``rsub_scalar``),
-    ``dtype`` (``cast``), ``p`` (``dropout``), ``approximate`` (``gelu``). Loop dims: one per axis
+    ``dtype`` (``cast``), ``p`` (``dropout``), ``approximate`` (``gelu``), ``op`` and ``scalar``
+    (``compare``: ``x > scalar`` etc., a bool result). Loop dims: one per axis
     (batch SAMPLE, the rest ATTRIBUTE, all splittable). Saved: the output for relu, tanh,
     sigmoid, exp, sqrt, rsqrt, reciprocal; the input for gelu, silu, log, pow, ...; nothing for
     neg / scalar ops; dropout outputs a boolean ``mask`` (auxiliary) and saves it.
     """
     if fn not in UNARY_FUNCTIONS:
         raise InvalidInputError(f"unknown unary function {fn!r}; known: {', '.join(UNARY_FUNCTIONS)}")
+    if fn == "compare" and (attrs.get("op") not in COMPARISONS or not isinstance(attrs.get("scalar"), (int, float))):
+        raise InvalidInputError(f"unary compare needs op in {COMPARISONS} and a number scalar, got {attrs}")
     f_el, b_el, saves = UNARY_FUNCTIONS[fn]
     opname = gb.op_name(name or fn)
     dims, groups = _dims_of(gb, x)
     shape = gb.shape(x)
-    dtype = attrs.get("dtype", gb.dtype_of(x)) if fn == "cast" else gb.dtype_of(x)
+    dtype = attrs.get("dtype", gb.dtype_of(x)) if fn == "cast" else "bool" if fn == "compare" else gb.dtype_of(x)
     y = gb.new_tensor(f"{opname}.out", shape, dtype, batch_axis=gb.batch_axis(x))
     outs = [TensorUse(y, tuple(groups))]
     if fn == "dropout":
@@ -727,7 +739,7 @@ def unary(gb: "GraphBuilder", x: str, fn: str, *, name: str | None = None, **att
     return y
 
 
-def expand(gb: "GraphBuilder", x: str, shape: Sequence[int], *, name: str = "expand") -> str:
+def expand(gb: GraphState, x: str, shape: Sequence[int], *, name: str = "expand") -> str:
     """Broadcast ``x`` to ``shape`` (``torch.expand``; -1 keeps an axis): a UNARY ``expand`` whose
     input indexes ``()`` on the broadcast axes. Identity returns ``x``. FLOPs 0."""
     xs = gb.shape(x)
@@ -755,6 +767,229 @@ def expand(gb: "GraphBuilder", x: str, shape: Sequence[int], *, name: str = "exp
     return y
 
 
+def pad(gb: GraphState, x: str, pads: Sequence[int], value: float = 0.0, *, name: str = "pad") -> str:
+    """Constant padding (``torch.nn.functional.pad(x, pads, value=value)``, mode ``"constant"``).
+
+    ``pads`` lists ``(before, after)`` pairs from the *last* axis backwards, as torch does; all
+    must be >= 0 (cropping is a slice). Loop dims: the untouched axes are shared by input and
+    output (batch SAMPLE, others ATTRIBUTE, splittable); a padded axis has one unsplittable loop
+    dim in the input and another in the output (the extents differ). FLOPs: one per output
+    element forward (the copy), one per input element backward; nothing saved.
+    """
+    xs = gb.shape(x)
+    pads = [int(p) for p in pads]
+    if len(pads) % 2 or len(pads) // 2 > len(xs):
+        raise InvalidInputError(f"pad: {len(pads)} pad values for a {len(xs)}-d tensor {gb.spec(x)} "
+                                "(need before/after pairs for at most every axis)")
+    if any(p < 0 for p in pads):
+        raise InvalidInputError(f"pad: negative pads {pads} (cropping) are not padding")
+    widths = {len(xs) - 1 - i: (pads[2 * i], pads[2 * i + 1]) for i in range(len(pads) // 2)}
+    widths = {ax: w for ax, w in widths.items() if w != (0, 0)}
+    if not widths:
+        return x
+    opname = gb.op_name(name)
+    dims, groups = _dims_of(gb, x)
+    ogroups = list(groups)
+    oshape = list(xs)
+    for ax, (lo, hi) in widths.items():
+        oshape[ax] = xs[ax] + lo + hi
+        kind = dims[ax].kind
+        dims[ax] = LoopDim(f"in{ax}", xs[ax], kind, splittable=False)
+        dims.append(LoopDim(f"out{ax}", oshape[ax], kind, splittable=False))
+        groups[ax] = (f"in{ax}",)
+        ogroups[ax] = (f"out{ax}",)
+    y = gb.new_tensor(f"{opname}.out", oshape, gb.dtype_of(x), batch_axis=gb.batch_axis(x))
+    ins, prm = _split_uses(gb, [TensorUse(x, tuple(groups))])
+    gb.add_operator(Operator(opname, OpKind.PAD, tuple(dims), inputs=ins, params=prm,
+                             outputs=(TensorUse(y, tuple(ogroups)),), flops=float(math.prod(oshape)),
+                             backward_flops=float(math.prod(xs)), attrs=_attrs(pads=tuple(pads), value=value)))
+    return y
+
+
+def topk(gb: GraphState, x: str, k: int, *, name: str = "topk") -> tuple[str, str]:
+    """The ``k`` largest values along the last axis and their ``int64`` indices (sorted, as
+    ``torch.topk(x, k, dim=-1)``): the router of a mixture of experts.
+
+    Loop dims: the leading axes (batch SAMPLE, others ATTRIBUTE, splittable), the last axis
+    ``n`` and the output axis ``k`` (both unsplittable: a selection needs the whole row).
+    FLOPs: ``n log2 k`` comparisons per row forward, the scatter of ``k`` gradients backward.
+    Saves the indices (auxiliary-free: both outputs are results).
+    """
+    xs = gb.shape(x)
+    if not xs:
+        raise InvalidInputError(f"topk needs at least one axis, got {gb.spec(x)}")
+    if not isinstance(k, int) or not 1 <= k <= xs[-1]:
+        raise InvalidInputError(f"topk: k must be an int in [1, {xs[-1]}] for {gb.spec(x)}, got {k!r}")
+    opname = gb.op_name(name)
+    dims, groups = _dims_of(gb, x)
+    dims[-1] = LoopDim("n", xs[-1], dims[-1].kind, splittable=False)
+    groups[-1] = ("n",)
+    dims.append(LoopDim("k", k, DimKind.ATTRIBUTE, splittable=False))
+    og = tuple(groups[:-1]) + (("k",),)
+    oshape = xs[:-1] + (k,)
+    bax = gb.batch_axis(x)
+    vals = gb.new_tensor(f"{opname}.values", oshape, gb.dtype_of(x), batch_axis=bax)
+    idx = gb.new_tensor(f"{opname}.indices", oshape, "int64", batch_axis=bax)
+    rows = math.prod(xs[:-1])
+    gb.add_operator(Operator(opname, OpKind.TOPK, tuple(dims), inputs=(TensorUse(x, tuple(groups)),),
+                             outputs=(TensorUse(vals, og), TensorUse(idx, og)),
+                             flops=float(rows * xs[-1] * max(1.0, math.log2(k + 1))),
+                             backward_flops=float(rows * (xs[-1] + k)), saved=(idx,), attrs=_attrs(k=k)))
+    return vals, idx
+
+
+# ----------------------------------------------------------------------------------------------
+# mixture of experts: dispatch -> experts -> combine
+# ----------------------------------------------------------------------------------------------
+#: Activations an expert feed-forward may use (the UNARY functions the executor runs).
+MOE_ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "relu")
+
+
+def _moe_routing_shapes(gb, x, idx, what):
+    xs, ks = gb.shape(x), gb.shape(idx)
+    if len(xs) != 3 or len(ks) != 3 or xs[:2] != ks[:2]:
+        raise InvalidInputError(f"{what}: tokens {gb.spec(x)} must be [groups, tokens, hidden] and the expert "
+                                f"indices {gb.spec(idx)} [groups, tokens, k] with the same leading shape")
+    if gb.dtype_of(idx) not in ("int64", "int32"):
+        raise InvalidInputError(f"{what}: expert indices {gb.spec(idx)} must be int64 or int32")
+    return xs, ks
+
+
+def _token_dims(gb, x, idx):
+    """Loop dims ``g`` (groups: SAMPLE when the tokens carry the batch), ``s`` and ``k``
+    (tokens of a group and choices per token: unsplittable, slot positions count over the group)."""
+    (G, S, _), (_, _, k) = gb.shape(x), gb.shape(idx)
+    gkind = DimKind.SAMPLE if gb.batch_axis(x) == 0 else DimKind.ATTRIBUTE
+    return [LoopDim("g", G, gkind), LoopDim("s", S, DimKind.ATTRIBUTE, splittable=False),
+            LoopDim("k", k, DimKind.ATTRIBUTE, splittable=False)]
+
+
+def moe_dispatch(gb: GraphState, x: str, indices: str, num_experts: int, capacity: int, *,
+                 name: str = "moe_dispatch") -> str:
+    """Send every token to the capacity slots of the experts its router chose.
+
+    ``x [G, S, H]`` holds ``G`` groups of ``S`` tokens, ``indices [G, S, k]`` the ``k`` experts
+    of every token. Output ``[G, E, C, H]``: expert ``e``'s slot ``c`` of group ``g`` holds the
+    ``c``-th token (in order of token, then choice) of the group routed to ``e``; tokens beyond
+    the capacity ``C`` are dropped (``C = S`` drops none: an expert gets a token at most once),
+    unused slots are zeros.
+
+    Loop dims: ``g`` (SAMPLE), ``s``, ``k``, ``c`` (unsplittable), ``e`` and ``h`` (ATTRIBUTE,
+    splittable). Splitting ``e`` is expert parallelism: a device fills the slots of its experts
+    from all tokens of its groups, and the gradient of ``x`` is a partial sum over the experts.
+    The all-to-all of expert parallelism is the rescheduling of this output from a split over
+    ``g`` to a split over ``e`` (and back for :func:`moe_combine`). FLOPs: one per routed
+    element (a copy) forward and backward; saves the indices.
+    """
+    xs, ks = _moe_routing_shapes(gb, x, indices, "moe_dispatch")
+    G, S, H = xs
+    for what, v, hi in (("num_experts", num_experts, None), ("capacity", capacity, S)):
+        if not isinstance(v, int) or v < 1 or (hi is not None and v > hi):
+            raise InvalidInputError(f"moe_dispatch: {what} must be an int in [1, {hi or 'inf'}], got {v!r}")
+    E, C = num_experts, capacity
+    opname = gb.op_name(name)
+    dims = _token_dims(gb, x, indices) + [LoopDim("e", E, DimKind.ATTRIBUTE), LoopDim("c", C, DimKind.ATTRIBUTE, False),
+                                          LoopDim("h", H, DimKind.ATTRIBUTE)]
+    y = gb.new_tensor(f"{opname}.out", (G, E, C, H), gb.dtype_of(x), batch_axis=gb.batch_axis(x))
+    routed = G * min(S * ks[2], E * C) * H
+    gb.add_operator(Operator(
+        opname, OpKind.MOE_DISPATCH, tuple(dims),
+        inputs=(TensorUse(x, (("g",), ("s",), ("h",))), TensorUse(indices, (("g",), ("s",), ("k",)))),
+        outputs=(TensorUse(y, (("g",), ("e",), ("c",), ("h",))),),
+        flops=float(routed), backward_flops=float(routed), saved=_saved(gb, indices),
+        attrs=_attrs(num_experts=E, capacity=C, expert_offset=0)))
+    return y
+
+
+def moe_experts(gb: GraphState, x: str, up: str, down: str, *, activation: str = "silu", gated: bool = True,
+                transposed: bool = False, tokens: int | None = None, name: str = "moe_experts") -> str:
+    """The experts' feed-forward on their capacity slots: ``down_e(act(gate_e x) * up_e x)``.
+
+    ``x [G, E, C, H]`` (from :func:`moe_dispatch`); ``up`` is ``[E, 2I, H]`` (``[gate; up]``
+    concatenated, ``gated=True``) or ``[E, I, H]`` (``act(up_e x)``, ``gated=False``); ``down`` is
+    ``[E, H, I]``; ``transposed=True`` stores them as ``[E, H, 2I]`` / ``[E, I, H]`` (x @ W). Output
+    ``[G, E, C, H]`` plus the auxiliary ``[G, E, C, 2I]`` (or ``I``) up-projection kept for backward.
+
+    Loop dims: ``g`` (SAMPLE), ``e`` (PARAMETER: splitting it is expert parallelism, every device
+    holds the weights of its experts), ``c`` (ATTRIBUTE, slots are independent), ``h`` and ``i``
+    (unsplittable: ``h`` is both the reduction of the up-projection and the output of the down
+    one). FLOPs count the routed tokens only (``tokens``, default every slot: a grouped GEMM skips
+    empty slots): ``2 R H (2I) + 2 R I H`` plus the gating, backward twice the matmuls.
+    """
+    xs = gb.shape(x)
+    if len(xs) != 4:
+        raise InvalidInputError(f"moe_experts: x {gb.spec(x)} must be [groups, experts, capacity, hidden]")
+    G, E, C, H = xs
+    if activation not in MOE_ACTIVATIONS:
+        raise InvalidInputError(f"moe_experts: activation {activation!r} not supported; allowed: {MOE_ACTIVATIONS}")
+    us, ds = gb.shape(up), gb.shape(down)
+    width = us[2] if transposed else us[1]
+    inter = width // 2 if gated else width
+    want_up = (E, H, width) if transposed else (E, width, H)
+    want_down = (E, inter, H) if transposed else (E, H, inter)
+    if us != want_up or ds != want_down or (gated and width % 2):
+        raise InvalidInputError(f"moe_experts: weights {gb.spec(up)} and {gb.spec(down)} do not fit {E} experts of "
+                                f"hidden size {H} (want up {want_up}, down {want_down}, gated={gated}, "
+                                f"transposed={transposed})")
+    opname = gb.op_name(name)
+    dims = [LoopDim("g", G, DimKind.SAMPLE if gb.batch_axis(x) == 0 else DimKind.ATTRIBUTE),
+            LoopDim("e", E, DimKind.PARAMETER), LoopDim("c", C, DimKind.ATTRIBUTE),
+            LoopDim("h", H, DimKind.REDUCTION, splittable=False), LoopDim("i", inter, DimKind.PARAMETER, splittable=False)]
+    wgroup = ("two", "i") if gated else ("i",)
+    if gated:
+        dims.append(LoopDim("two", 2, DimKind.PARAMETER, splittable=False))
+    up_use = TensorUse(up, (("e",), ("h",), wgroup) if transposed else (("e",), wgroup, ("h",)))
+    down_use = TensorUse(down, (("e",), ("i",), ("h",)) if transposed else (("e",), ("h",), ("i",)))
+    y = gb.new_tensor(f"{opname}.out", xs, gb.dtype_of(x), batch_axis=gb.batch_axis(x))
+    ws = gb.new_tensor(f"{opname}.proj", (G, E, C, width), gb.dtype_of(x), batch_axis=gb.batch_axis(x))
+    R = G * E * C if tokens is None else int(tokens)
+    mm = 2.0 * R * H * width + 2.0 * R * inter * H
+    gb.add_operator(Operator(
+        opname, OpKind.MOE_EXPERTS, tuple(dims), inputs=(TensorUse(x, (("g",), ("e",), ("c",), ("h",))),),
+        params=(up_use, down_use),
+        outputs=(TensorUse(y, (("g",), ("e",), ("c",), ("h",))), TensorUse(ws, (("g",), ("e",), ("c",), wgroup))),
+        flops=mm + 6.0 * R * inter, backward_flops=2 * mm + 12.0 * R * inter, saved=_saved(gb, x, ws),
+        attrs=_attrs(activation=activation, gated=bool(gated), transposed=bool(transposed))))
+    return y
+
+
+def moe_combine(gb: GraphState, y: str, indices: str, weights: str, num_tokens: int | None = None, *,
+                name: str = "moe_combine") -> str:
+    """Bring the experts' outputs back to the tokens: ``out[g, s] = sum_j w[g, s, j] y[g, e_j, c_j]``.
+
+    ``y [G, E, C, H]`` (from :func:`moe_experts`), ``indices``/``weights [G, S, k]`` (the router's
+    choices and their weights); the slot ``c_j`` of every choice is the one :func:`moe_dispatch`
+    gave it (a dropped token contributes zero). Output ``[G, S, H]``.
+
+    Loop dims: ``g`` (SAMPLE), ``s``, ``k``, ``c`` (unsplittable), ``e`` (REDUCTION: split, every
+    device sums the contributions of its experts, a partial sum), ``h`` (ATTRIBUTE). FLOPs: 2 per
+    routed element forward, 4 backward; saves ``y``, the indices and the weights.
+    """
+    ys = gb.shape(y)
+    if len(ys) != 4:
+        raise InvalidInputError(f"moe_combine: expert outputs {gb.spec(y)} must be [groups, experts, capacity, hidden]")
+    G, E, C, H = ys
+    ks, ws = gb.shape(indices), gb.shape(weights)
+    if len(ks) != 3 or ks != ws or ks[0] != G:
+        raise InvalidInputError(f"moe_combine: indices {gb.spec(indices)} and weights {gb.spec(weights)} must both be "
+                                f"[{G}, tokens, k]")
+    S, k = ks[1], ks[2]
+    opname = gb.op_name(name)
+    gkind = DimKind.SAMPLE if gb.batch_axis(y) == 0 or gb.batch_axis(weights) == 0 else DimKind.ATTRIBUTE
+    dims = [LoopDim("g", G, gkind), LoopDim("s", S, DimKind.ATTRIBUTE, False), LoopDim("k", k, DimKind.ATTRIBUTE, False),
+            LoopDim("e", E, DimKind.REDUCTION), LoopDim("c", C, DimKind.ATTRIBUTE, False), LoopDim("h", H, DimKind.ATTRIBUTE)]
+    out = gb.new_tensor(f"{opname}.out", (G, S, H), gb.dtype_of(y), batch_axis=0 if gkind is DimKind.SAMPLE else None)
+    routed = G * min(S * k, E * C) * H
+    gb.add_operator(Operator(
+        opname, OpKind.MOE_COMBINE, tuple(dims),
+        inputs=(TensorUse(y, (("g",), ("e",), ("c",), ("h",))), TensorUse(indices, (("g",), ("s",), ("k",))),
+                TensorUse(weights, (("g",), ("s",), ("k",)))),
+        outputs=(TensorUse(out, (("g",), ("s",), ("h",))),),
+        flops=2.0 * routed, backward_flops=4.0 * routed, saved=_saved(gb, y, indices, weights),
+        attrs=_attrs(num_experts=E, capacity=C, expert_offset=0)))
+    return out
+
+
 def relu(gb, x, *, name=None):
     """``unary(x, "relu")``: saves its output."""
     return unary(gb, x, "relu", name=name)
@@ -780,16 +1015,23 @@ def dropout(gb, x, p: float = 0.1, *, name=None):
     return unary(gb, x, "dropout", name=name, p=float(p))
 
 
-def binary(gb: "GraphBuilder", a: str, b: str, fn: str = "add", *, name: str | None = None) -> str:
+def binary(gb: GraphState, a: str, b: str, fn: str = "add", *, name: str | None = None, **attrs) -> str:
     """Elementwise ``fn(a, b)`` with NumPy broadcasting (``fn`` in :data:`BINARY_FUNCTIONS`).
 
     Either operand may be a parameter (bias add, scale): its loop dimensions become PARAMETER.
     Broadcast axes of an operand are indexed by ``()``. FLOPs: forward one per output element,
     backward 1 (add/sub: the broadcast reductions), 2 (mul), 4 (div) per output element.
     Saves nothing for add/sub, both operands for mul/div/maximum/minimum (activations only).
+    ``where`` (``torch.where(b, a, scalar)``) and ``masked_fill`` (``a.masked_fill(b, scalar)``)
+    take a boolean ``b`` and the attribute ``scalar``; they save ``b`` and give ``a``'s dtype.
     """
     if fn not in BINARY_FUNCTIONS:
         raise InvalidInputError(f"unknown binary function {fn!r}; known: {', '.join(BINARY_FUNCTIONS)}")
+    if fn in ("where", "masked_fill"):
+        if "scalar" not in attrs:
+            raise InvalidInputError(f"binary {fn!r} needs the attribute scalar (the fill value)")
+        if gb.dtype_of(b) != "bool":
+            raise InvalidInputError(f"binary {fn!r}: the condition {gb.spec(b)} must be a bool tensor")
     sa, sb = gb.shape(a), gb.shape(b)
     out_shape = _broadcast_shapes(sa, sb)
     nd = len(out_shape)
@@ -807,6 +1049,8 @@ def binary(gb: "GraphBuilder", a: str, b: str, fn: str = "add", *, name: str | N
         dims.append(LoopDim(names[i], n, kind))
     opname = gb.op_name(name or fn)
     dtype = gb.dtype_of(a) if not gb.is_weight(a) or gb.is_weight(b) else gb.dtype_of(b)
+    if fn in ("where", "masked_fill"):
+        dtype = gb.dtype_of(a)
     y = gb.new_tensor(f"{opname}.out", out_shape, dtype, batch_axis=bax)
     f_el, b_el, saves = BINARY_FUNCTIONS[fn]
     n = math.prod(out_shape)
@@ -822,8 +1066,8 @@ def binary(gb: "GraphBuilder", a: str, b: str, fn: str = "add", *, name: str | N
             outputs=(TensorUse(y, tuple((nm,) for nm in names)),),
             flops=float(f_el * n),
             backward_flops=float(b_el * n),
-            saved=_saved(gb, a, b) if saves == "both" else (),
-            attrs=_attrs(fn=fn, order=(a, b)),
+            saved=_saved(gb, a, b) if saves == "both" else _saved(gb, b) if saves == "second" else (),
+            attrs=_attrs(fn=fn, order=(a, b), **attrs),
         )
     )
     return y
@@ -842,7 +1086,7 @@ def mul(gb, a, b, *, name=None):
 # normalisation / softmax / reductions
 # ----------------------------------------------------------------------------------------------
 def layer_norm(
-    gb: "GraphBuilder",
+    gb: GraphState,
     x: str,
     normalized_ndim: int = 1,
     *,
@@ -912,7 +1156,7 @@ def layer_norm(
 
 
 def batch_norm(
-    gb: "GraphBuilder",
+    gb: GraphState,
     x: str,
     *,
     eps: float = 1e-5,
@@ -980,7 +1224,7 @@ def batch_norm(
     return y
 
 
-def softmax(gb: "GraphBuilder", x: str, dim: int = -1, *, log: bool = False, name: str | None = None) -> str:
+def softmax(gb: GraphState, x: str, dim: int = -1, *, log: bool = False, name: str | None = None) -> str:
     """(Log-)softmax along ``dim``: that axis is ATTRIBUTE and **unsplittable**; saves the output.
 
     FLOPs 5 per element forward (max, subtract, exp, sum, divide/log), 4 backward.
@@ -1009,7 +1253,7 @@ def softmax(gb: "GraphBuilder", x: str, dim: int = -1, *, log: bool = False, nam
 
 
 def reduce(
-    gb: "GraphBuilder", x: str, dims: Sequence[int], fn: str = "sum", *, keepdim: bool = False, name: str | None = None
+    gb: GraphState, x: str, dims: Sequence[int], fn: str = "sum", *, keepdim: bool = False, name: str | None = None
 ) -> str:
     """Reduce ``x`` over ``dims`` with ``fn`` in ``sum``, ``mean``, ``amax``, ``amin`` (kind REDUCE).
 
@@ -1056,7 +1300,7 @@ def reduce(
 # EMBEDDING / RNN_CELL
 # ----------------------------------------------------------------------------------------------
 def embedding(
-    gb: "GraphBuilder",
+    gb: GraphState,
     ids: str,
     num_embeddings: int | None = None,
     embedding_dim: int | None = None,
@@ -1103,7 +1347,7 @@ def embedding(
 
 
 def rnn_cell(
-    gb: "GraphBuilder",
+    gb: GraphState,
     x: str,
     h: str | None,
     c: str | None,
@@ -1260,7 +1504,7 @@ def _refine(in_shape, out_shape):
     return segs
 
 
-def reshape(gb: "GraphBuilder", x: str, shape: Sequence[int], *, name: str = "reshape") -> str:
+def reshape(gb: GraphState, x: str, shape: Sequence[int], *, name: str = "reshape") -> str:
     """Reshape (view / flatten / unsqueeze / squeeze) with merged loop dimensions.
 
     The loop dims are the common refinement of the two shapes: ``[B, S, H*D] -> [B, S, H, D]``
@@ -1357,7 +1601,7 @@ def flatten(gb, x, start_dim: int = 1, end_dim: int = -1, *, name: str = "flatte
     return reshape(gb, x, xs[:s] + (math.prod(xs[s : e + 1]),) + xs[e + 1 :], name=name)
 
 
-def transpose(gb: "GraphBuilder", x: str, perm: Sequence[int], *, name: str = "transpose") -> str:
+def transpose(gb: GraphState, x: str, perm: Sequence[int], *, name: str = "transpose") -> str:
     """Permute the axes of ``x`` (``y.shape[i] = x.shape[perm[i]]``); identity returns ``x``.
 
     Loop dims: one per axis (all splittable), the output indexing them permuted. FLOPs 0.
@@ -1389,7 +1633,7 @@ def transpose(gb: "GraphBuilder", x: str, perm: Sequence[int], *, name: str = "t
     return y
 
 
-def concat(gb: "GraphBuilder", xs: Sequence[str], dim: int = 0, *, name: str = "concat") -> str:
+def concat(gb: GraphState, xs: Sequence[str], dim: int = 0, *, name: str = "concat") -> str:
     """Concatenate along ``dim``. The other axes are shared loop dims; along ``dim`` every
     input and the output have their own unsplittable loop dim (an output extent is a sum, not
     a product). FLOPs 0, nothing saved."""
@@ -1425,7 +1669,7 @@ def concat(gb: "GraphBuilder", xs: Sequence[str], dim: int = 0, *, name: str = "
     return y
 
 
-def split(gb: "GraphBuilder", x: str, sizes: Sequence[int] | int, dim: int = 0, *, name: str = "split") -> tuple[str, ...]:
+def split(gb: GraphState, x: str, sizes: Sequence[int] | int, dim: int = 0, *, name: str = "split") -> tuple[str, ...]:
     """Split along ``dim`` into pieces of ``sizes`` (an int: equal pieces, the last may be
     smaller, like ``torch.split``). Same loop-dim scheme as :func:`concat`. FLOPs 0."""
     xs = gb.shape(x)
@@ -1463,7 +1707,7 @@ def split(gb: "GraphBuilder", x: str, sizes: Sequence[int] | int, dim: int = 0, 
 # LOSS / OPAQUE
 # ----------------------------------------------------------------------------------------------
 def loss(
-    gb: "GraphBuilder",
+    gb: GraphState,
     logits: str,
     labels: str,
     *,
@@ -1533,7 +1777,7 @@ def avg_pool2d(gb, x, kernel_size=None, stride=None, padding=0, **kw):
 
 
 def opaque(
-    gb: "GraphBuilder",
+    gb: GraphState,
     inputs: Sequence[str],
     outputs: Sequence[tuple[str, Sequence[int], str]],
     *,

@@ -13,11 +13,32 @@ same-shape ``view``/``expand``, same-dtype ``to``, eval-mode ``dropout``), other
 become RESHAPE / TRANSPOSE / UNARY(expand) operators with merged loop dimensions.
 
 Tensors computed from constants only (position ids, causal masks built with ``arange``) are
-*static*: an op without a rule on static tensors becomes an OPAQUE operator silently; an op
-without a rule on data becomes a replicated OPAQUE operator with a ``warnings.warn`` naming
-it, and one that reads a parameter raises :class:`~tensoropt_py.errors.UnsupportedOperatorError`.
-OPAQUE operators keep the aten target and arguments in ``attrs`` so
+*static*. OPAQUE operators keep the aten target and arguments in ``attrs`` so
 :func:`~tensoropt_py.graph.torch_ops.run_graph` can execute them.
+
+What the importer does with what it meets:
+
+* **an operator without a rule** on tensors computed from constants only (position ids, masks
+  built with ``arange``) becomes an OPAQUE operator silently; on data (inputs, labels) a
+  replicated OPAQUE operator with a ``warnings.warn`` naming it (the planner cannot split it,
+  the executor replays the aten call); reading a parameter, an
+  :class:`~tensoropt_py.errors.UnsupportedOperatorError` naming the operator.
+* **zero-size tensors** (the empty pass-through half of a full rotary split, the empty key/value
+  tensors of a cache) hold no data and become no IR tensor: ``cat`` drops them, an operator
+  whose result is empty adds nothing, another reader of one is replayed with an empty tensor.
+* **in-place arithmetic** (``div_``, ``add_``, ``masked_fill_``...) on a result that is not a view
+  is imported out of place, later readers see the new tensor; ``copy_`` / ``fill_`` into a slice
+  of a tensor (the label shift of seq2seq models) rebuild the tensor by split and concat.
+* **LayerDrop** (``if self.training and torch.rand([]) < p: skip the layer``: OPT, BART, ...)
+  is resolved to "no layer skipped" while exporting (LayerDrop attributes set to 0, a 0-d
+  ``torch.rand`` draw reads 1.0), with a warning; other branches on tensor data raise an
+  :class:`~tensoropt_py.errors.UnsupportedOperatorError` naming the line.
+* **mixture of experts**: Hugging Face experts modules become MOE_DISPATCH -> MOE_EXPERTS ->
+  MOE_COMBINE (see :mod:`~tensoropt_py.graph.torch_moe`), dropless by default (capacity = the
+  tokens of a sequence: exact), or with ``moe_capacity_factor`` (tokens beyond capacity dropped).
+* **meta-device modules** (built under ``torch.device("meta")``, no weights in memory) import
+  the same way: the graph is all planning needs; running it needs real weights
+  (:func:`~tensoropt_py.graph.torch_ops.run_graph` says so).
 
 A ``reduction="mean"`` cross-entropy / NLL loss divides by the number of labels that are not
 ``ignore_index`` (data-dependent: causal LMs ignore the last position of every sequence). It
@@ -37,6 +58,7 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
 import math
 import operator
 import warnings
@@ -47,6 +69,7 @@ import torch
 from ..errors import InvalidInputError, UnsupportedOperatorError
 from .builder import GraphBuilder
 from .ir import Graph, TensorRole
+from .torch_moe import experts_as_one_operator
 
 __all__ = ["from_torch", "from_torch_with_state"]
 
@@ -92,10 +115,44 @@ def _opname(target) -> str:
     return name.split(".")[0]
 
 
+class _Empty:
+    """A zero-size tensor value (a shape with a 0, e.g. an empty slice of a rotary split, an empty
+    key/value cache): it holds no data, so it is no IR tensor. ``cat`` drops it; an operator
+    reading it otherwise is replayed (OPAQUE) with an empty tensor in its arguments."""
+
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype = tuple(int(s) for s in shape), dtype
+
+    def encode(self):
+        return ("__empty__", self.shape, self.dtype)
+
+    def __repr__(self):
+        return f"_Empty{self.shape}"
+
+
+def _is_empty_val(v) -> bool:
+    return isinstance(v, torch.Tensor) and v.numel() == 0
+
+
+#: aten in-place operators whose out-of-place form has a rule (``div_`` -> ``div``).
+_INPLACE = {"add_", "sub_", "mul_", "div_", "relu_", "silu_", "masked_fill_", "clamp_", "neg_", "exp_", "tanh_",
+            "sigmoid_", "pow_"}
+#: operators whose output is a view of their first argument (an in-place update of it would
+#: also change the tensor it views, which an out-of-place rule cannot express).
+_VIEWS = {"view", "_unsafe_view", "reshape", "slice", "select", "narrow", "expand", "permute", "transpose", "t",
+          "unsqueeze", "squeeze", "split", "split_with_sizes", "chunk", "unbind", "as_strided", "diagonal",
+          "alias", "view_as", "unflatten", "flatten", "detach", "getitem"}
+
+
 class _Importer:
-    def __init__(self, module, ep, name):
+    def __init__(self, module, ep, name, moe_capacity_factor=None):
         self.module = module
         self.ep = ep
+        self.moe_capacity_factor = moe_capacity_factor
+        self.batch = None
+        self.views: dict[str, tuple] = {}  # fx node of a slice/select -> (base node, dim, start, end)
         self.gb = GraphBuilder(name)
         self.env: dict[str, object] = {}  # fx node name -> IR tensor name / tuple / python value
         self.static: set[str] = set()  # IR tensors computed from constants only
@@ -147,6 +204,10 @@ class _Importer:
     def encode(self, a):
         if isinstance(a, torch.fx.Node):
             v = self.env[a.name]
+            if isinstance(v, _Empty):
+                return v.encode()
+            if isinstance(v, tuple):
+                return tuple(x.encode() if isinstance(x, _Empty) else x for x in v)
             return ("__tensor__", v) if isinstance(v, str) else v
         if isinstance(a, list):
             return ("__list__", tuple(self.encode(x) for x in a))
@@ -169,6 +230,9 @@ class _Importer:
             kind = spec.kind.name
             if kind == "PARAMETER":
                 fqn = canonical.get(spec.target, spec.target)
+                if state[spec.target].numel() == 0:
+                    self.env[ph] = _Empty(state[spec.target].shape, _dtype_name(state[spec.target].dtype))
+                    continue
                 if fqn not in gb.tensors:
                     v = state[spec.target]
                     gb.parameter(fqn, tuple(v.shape), _dtype_name(v.dtype), exact=True)
@@ -176,6 +240,9 @@ class _Importer:
                 self.env[ph] = fqn
             elif kind in ("BUFFER", "CONSTANT_TENSOR"):
                 v = state[spec.target] if kind == "BUFFER" and spec.target in state else ep.constants[spec.target]
+                if v.numel() == 0:  # e.g. the empty key/value tensors of a cache created in forward
+                    self.env[ph] = _Empty(v.shape, _dtype_name(v.dtype))
+                    continue
                 if spec.target not in gb.tensors:
                     gb.constant(spec.target, tuple(v.shape), _dtype_name(v.dtype), exact=True)
                     self.values[spec.target] = v
@@ -193,11 +260,15 @@ class _Importer:
                 self.env[ph] = v  # non-tensor user input (a flag): a python constant
                 continue
             shape = tuple(int(s) for s in v.shape)
+            if v.numel() == 0:
+                self.env[ph] = _Empty(shape, _dtype_name(v.dtype))
+                continue
             if batch is None and shape:
                 batch = shape[0]
             specs.append((ph, shape, _dtype_name(v.dtype)))
             axes.append(0 if shape and shape[0] == batch else None)
             self.env[ph] = ph
+        self.batch = batch
         if specs:
             gb.input(specs, batch_axes=axes)
         self.walk(ep.graph, ep.graph_module)
@@ -252,8 +323,15 @@ class _Importer:
             self.env[node.name] = None
             return
         val = self.val(node)
+        if _is_empty_val(val):  # a zero-size result holds no data: no operator
+            self.env[node.name] = _Empty(val.shape, _dtype_name(val.dtype))
+            return
+        view_write = op in _INPLACE and isinstance(node.args[0], torch.fx.Node) and node.args[0].name in self.views
+        inplace = op in _INPLACE and (view_write or self._may_update_in_place(node))
+        if inplace:
+            op = op[:-1]
         tins = self.tensor_args(node)
-        static = all(self.is_static_t(t) for t in tins)
+        static = op in _CREATION or all(self.is_static_t(t) for t in tins)  # creation reads shapes only
         before = len(gb.operators)
         try:
             res = self.rule(op, node, val)
@@ -263,11 +341,27 @@ class _Importer:
             res = None
         if res is None:
             res = self.opaque(op, node, val, tins, static)
+        elif view_write and isinstance(res, str):  # the base tensor gets the updated block
+            res = self.splice(node.args[0].name, res, node.name, val)
+            self.env[node.args[0].name] = res
+        elif inplace:  # later readers of the updated tensor see the new value
+            self.env[node.args[0].name] = res
         self.env[node.name] = res
         if static:
             for o in gb.operators[before:]:
                 for u in o.outputs:
                     self.static.add(u.tensor)
+
+    def _may_update_in_place(self, node) -> bool:
+        """True if the in-place ``node`` may be imported as its out-of-place form: its first
+        argument is an operator's result that is not a view of another tensor."""
+        src = node.args[0] if node.args else None
+        if not isinstance(src, torch.fx.Node) or src.op != "call_function":
+            return False
+        if src.target is operator.getitem:
+            base = src.args[0]
+            return isinstance(base, torch.fx.Node) and _opname(base.target) not in _VIEWS
+        return _opname(src.target) not in _VIEWS and isinstance(self.env.get(src.name), str)
 
     def opaque(self, op, node, val, tins, static):
         params = [t for t in tins if self.is_param(t)]
@@ -319,6 +413,94 @@ class _Importer:
         count = gb.reduce(gb.unary(valid, "cast", dtype="float32", name=f"{nm}_valid_f32"),
                           list(range(len(ys))), "sum", name=f"{nm}_count")
         return gb.binary(total, count, "div", name=nm), count
+
+    def strided_slice(self, x, dim, start, end, step, val, nm):
+        """``x[..., start:end:step]`` (interleaved rotary halves, patch merging) as a reshape of
+        the axis into ``[n / step, step]``, a slice of the inner axis and a reshape back. Only
+        when ``step`` divides the axis and the slice runs to its end from a start below ``step``."""
+        gb = self.gb
+        shape = gb.shape(x)
+        n = shape[dim]
+        if step < 1 or n % step or start >= step or end < n - (step - 1 - start):
+            return None
+        grid = gb.reshape(x, shape[:dim] + (n // step, step) + shape[dim + 1:], name=f"{nm}_grid")
+        sizes = [s for s in (start, 1, step - start - 1) if s > 0]
+        piece = gb.split(grid, sizes, dim + 1, name=nm)[1 if start > 0 else 0] if len(sizes) > 1 else grid
+        return gb.reshape(piece, self.shape_of(val), name=f"{nm}_strided")
+
+    def write_into_view(self, op, node, val):
+        """``copy_`` / ``fill_`` into a slice or select of a tensor, imported without mutation:
+        the base tensor becomes the concatenation of its untouched parts and the written block
+        (later readers of the base see the new tensor), e.g. the label shift of seq2seq models
+        (``shifted[:, 1:] = labels[:, :-1]; shifted[:, 0] = start``)."""
+        gb = self.gb
+        base_node, dim, start, end = self.views[node.args[0].name]
+        base = self.env.get(base_node)
+        if not isinstance(base, str):
+            return None
+        shape = gb.shape(base)
+        block = shape[:dim] + (end - start,) + shape[dim + 1:]
+        nm = node.name
+        src = node.args[1]
+        if op == "copy_" and self.is_tensor(src):
+            new = self.t(src)
+        elif op == "fill_" and self.is_tensor(src) and not gb.shape(self.t(src)):
+            new = gb.expand(gb.reshape(self.t(src), (1,) * len(block), name=f"{nm}_value"), block, name=f"{nm}_fill")
+        elif op == "fill_" and isinstance(src, (int, float)) and not isinstance(src, bool):
+            old = self.t(node.args[0])
+            new = gb.unary(gb.unary(old, "mul_scalar", scalar=0, name=f"{nm}_zero"), "add_scalar", scalar=src, name=nm)
+        else:
+            return None
+        return self.splice(node.args[0].name, new, nm, val)
+
+    def splice(self, view, new, nm, val):
+        """Write ``new`` into the block the slice/select ``view`` (an fx node name) reads of its
+        base: the base becomes split + concat with ``new`` in place of the block (later readers
+        of the base see it). Returns ``new`` shaped like ``val`` (the view)."""
+        gb = self.gb
+        base_node, dim, start, end = self.views[view]
+        base = self.env[base_node]
+        shape = gb.shape(base)
+        block = shape[:dim] + (end - start,) + shape[dim + 1:]
+        if gb.shape(new) != block:
+            if math.prod(gb.shape(new)) == math.prod(block):
+                new = gb.reshape(new, block, name=f"{nm}_block")
+            else:
+                new = gb.expand(new, block, name=f"{nm}_block")
+        if gb.dtype_of(new) != gb.dtype_of(base):
+            new = gb.unary(new, "cast", dtype=gb.dtype_of(base), name=f"{nm}_cast")
+        n = shape[dim]
+        sizes = [s for s in (start, end - start, n - end) if s > 0]
+        pieces = list(gb.split(base, sizes, dim, name=f"{nm}_parts")) if len(sizes) > 1 else [base]
+        pieces[1 if start > 0 else 0] = new
+        self.env[base_node] = gb.concat(pieces, dim, name=f"{nm}_into") if len(pieces) > 1 else new
+        return new if tuple(int(s) for s in val.shape) == block else gb.reshape(new, self.shape_of(val), name=f"{nm}_view")
+
+    def moe(self, node):
+        """``tensoropt::moe_experts`` -> MOE_DISPATCH, MOE_EXPERTS, MOE_COMBINE.
+
+        Tokens ``[T, H]`` form ``G`` groups (the example batch when it divides ``T``: one group
+        per sequence, else one group); the capacity per expert and group is the group size
+        (dropless, exact) or ``ceil(factor * S * k / E)`` with ``moe_capacity_factor``.
+        """
+        gb = self.gb
+        x, idx, w, up, down = (self.t(a) for a in node.args[:5])
+        act, gated, transposed = node.args[5:8]
+        n, H = gb.shape(x)
+        k = gb.shape(idx)[-1]
+        E = gb.shape(up)[0]
+        G = self.batch if self.batch and n % self.batch == 0 else 1
+        S = n // G
+        cf = self.moe_capacity_factor
+        C = S if cf is None else min(S, max(1, math.ceil(cf * S * k / E)))
+        nm = node.name
+        xg = gb.reshape(x, (G, S, H), name=f"{nm}_tokens")
+        ig = gb.reshape(idx, (G, S, k), name=f"{nm}_indices")
+        wg = gb.reshape(w, (G, S, k), name=f"{nm}_weights")
+        xe = gb.moe_dispatch(xg, ig, E, C, name=f"{nm}_dispatch")
+        ye = gb.moe_experts(xe, up, down, activation=act, gated=gated, transposed=transposed,
+                            tokens=G * min(S * k, E * C), name=f"{nm}_experts")
+        return gb.reshape(gb.moe_combine(ye, ig, wg, name=f"{nm}_combine"), (n, H), name=nm)
 
     def shape_of(self, val):
         return tuple(int(s) for s in val.shape)
@@ -418,6 +600,8 @@ class _Importer:
                 return None
             return gb.avg_pool2d(x, tuple(k) if isinstance(k, (list, tuple)) else k, tuple(s) if isinstance(s, (list, tuple)) else s,
                                  tuple(p) if isinstance(p, (list, tuple)) else p, ceil_mode=ceil, count_include_pad=cip, name=nm)
+        if op == "adaptive_avg_pool1d" and list(A[1]) == [1]:  # a mean over the last axis (Swin's pooler)
+            return gb.reduce(T(A[0]), [-1], "mean", keepdim=True, name=nm)
         if op in ("adaptive_avg_pool2d", "_adaptive_avg_pool2d"):
             return gb.avg_pool2d(T(A[0]), output_size=tuple(self.shape_of(val)[2:]), name=nm)
         if op in _UNARY:
@@ -452,6 +636,9 @@ class _Importer:
                 if op == "div":
                     return gb.unary(x, "mul_scalar", scalar=1.0 / b, name=nm)
             return None
+        if op in ("gt", "ge", "lt", "le", "eq", "ne") and self.is_tensor(A[0]) and len(A) == 2 \
+                and isinstance(A[1], (int, float)) and not isinstance(A[1], bool):
+            return gb.unary(T(A[0]), "compare", op=op, scalar=A[1], name=nm)
         if op == "rsub" and self.is_tensor(A[0]) and isinstance(A[1], (int, float)) and K.get("alpha", 1) == 1:
             return gb.unary(T(A[0]), "rsub_scalar", scalar=A[1], name=nm)
         if op in ("layer_norm", "native_layer_norm"):
@@ -536,7 +723,11 @@ class _Importer:
                 return out if op != "nll_loss_forward" else (out, count)
             return None
         if op == "cat":
-            xs = [T(a) for a in A[0]]
+            # zero-size inputs (an empty cache, the empty pass-through half of a full rotary
+            # split) add nothing
+            xs = [T(a) for a in A[0] if not isinstance(self.env.get(a.name), _Empty)]
+            if len(xs) == 1:
+                return xs[0]
             return gb.concat(xs, arg(1, "dim", 0), name=nm)
         if op in ("split", "split_with_sizes", "chunk", "unbind"):
             x = T(A[0])
@@ -544,10 +735,47 @@ class _Importer:
             dim = arg(2, "dim", 0) if op != "unbind" else arg(1, "dim", 0)
             dim = dim % len(gb.shape(x))
             sizes = [int(v.shape[dim]) for v in vals]
-            pieces = gb.split(x, sizes, dim, name=nm)
+            full = [s for s in sizes if s > 0]
+            got = iter(gb.split(x, full, dim, name=nm) if len(full) > 1 else (x,))
+            pieces = tuple(next(got) if s > 0 else _Empty(v.shape, _dtype_name(v.dtype)) for s, v in zip(sizes, vals))
             if op == "unbind":
                 pieces = tuple(gb.reshape(p, self.shape_of(v), name=f"{nm}_squeeze") for p, v in zip(pieces, vals))
             return pieces
+        if op == "pad":
+            mode = arg(2, "mode", "constant")
+            value = arg(3, "value", None)
+            if mode != "constant" or any(p < 0 for p in A[1]):
+                return None
+            return gb.pad(T(A[0]), list(A[1]), 0.0 if value is None else value, name=nm)
+        if op == "constant_pad_nd":
+            if any(p < 0 for p in A[1]):
+                return None
+            return gb.pad(T(A[0]), list(A[1]), arg(2, "value", 0), name=nm)
+        if op in ("where", "masked_fill") and len(A) == 3:
+            if op == "where":  # where(cond, x, scalar)
+                cond, x, other = A
+            else:  # masked_fill(x, mask, scalar)
+                x, cond, other = A
+            if not (self.is_tensor(cond) and self.is_tensor(x)) or not isinstance(other, (int, float)):
+                return None
+            if gb.dtype_of(T(cond)) != "bool" or _dtype_name(val.dtype) != gb.dtype_of(T(x)):
+                return None
+            return gb.binary(T(x), T(cond), op, scalar=other, name=nm)
+        if op == "index" and self.is_tensor(A[0]) and self.is_param(T(A[0])) and len(A[1]) == 1 \
+                and self.is_tensor(A[1][0]) and len(gb.shape(T(A[0]))) == 2 \
+                and gb.dtype_of(T(A[1][0])) in ("int64", "int32"):
+            # a parameter table indexed by integer ids (a relative-position bias table): a lookup
+            return gb.embedding(T(A[1][0]), weight=T(A[0]), name=nm)
+        if op == "moe_experts":
+            return self.moe(node)
+        if op == "topk":
+            k, dim = A[1], arg(2, "dim", -1)
+            largest, srt = arg(3, "largest", True), arg(4, "sorted", True)
+            x = T(A[0])
+            # sorted=False leaves the order unspecified: the sorted order is one valid answer
+            if dim % len(gb.shape(x)) != len(gb.shape(x)) - 1 or not largest:
+                return None
+            return gb.topk(x, k, name=nm)
         if op in ("slice", "narrow", "select"):
             x = T(A[0])
             shape = gb.shape(x)
@@ -555,10 +783,10 @@ class _Importer:
             n = shape[dim]
             if op == "slice":
                 start, end, step = (A[2] if len(A) > 2 else 0), (A[3] if len(A) > 3 else None), (A[4] if len(A) > 4 else 1)
-                if step != 1:
-                    return None
                 start = 0 if start is None else (start + n if start < 0 else min(start, n))
                 end = n if end is None else (end + n if end < 0 else min(end, n))
+                if step != 1:
+                    return self.strided_slice(x, dim, start, end, step, val, nm)
             elif op == "narrow":
                 start, end = A[2] % n, A[2] % n + A[3]
             else:
@@ -570,9 +798,18 @@ class _Importer:
                 sizes = [s for s in (start, end - start, n - end) if s > 0]
                 pieces = gb.split(x, sizes, dim, name=nm)
                 piece = pieces[1 if start > 0 else 0]
+            src = A[0]
+            if src.op == "call_function" and _opname(src.target) not in _VIEWS:
+                self.views[node.name] = (src.name, dim, start, end)  # for a later write into it (copy_, fill_)
             if op == "select":
                 piece = gb.reshape(piece, self.shape_of(val), name=f"{nm}_squeeze")
             return piece
+        if op in ("copy_", "fill_") and isinstance(A[0], torch.fx.Node) and A[0].name in self.views:
+            return self.write_into_view(op, node, val)
+        if op in ("mean", "sum") and (len(A) == 1 or (A[1] is None and not arg(2, "keepdim", False))):
+            if K.get("dtype") is not None or not gb.shape(T(A[0])):
+                return None
+            return gb.reduce(T(A[0]), list(range(len(gb.shape(T(A[0]))))), op, name=nm)
         if op in ("mean", "sum", "amax", "amin") and len(A) >= 2 and A[1] is not None:
             x = T(A[0])
             dims = A[1] if isinstance(A[1], (list, tuple)) else [A[1]]
@@ -583,6 +820,68 @@ class _Importer:
         return None
 
 
+#: Module attributes holding a LayerDrop probability (Hugging Face OPT, BART, mBART, Whisper, ...).
+_LAYERDROP_ATTRS = ("layerdrop", "encoder_layerdrop", "decoder_layerdrop")
+
+
+@contextlib.contextmanager
+def _training_step_branches(module):
+    """Resolve the random branches of a training step while it is exported.
+
+    LayerDrop (``if self.training and torch.rand([]) < self.layerdrop: skip the layer``) is a
+    Python branch on random data, which ``torch.export`` cannot trace. While exporting, every
+    LayerDrop probability of a module in training mode is set to 0, and a 0-d ``torch.rand``
+    draw (the idiom of such branches, which some versions draw even when the probability is 0)
+    returns the Python float 1.0, so no layer is skipped. Yields a list that receives one line per
+    resolution (empty if nothing was resolved); everything is restored on exit.
+    """
+    resolved: list[str] = []
+    saved = []
+    for qual, sub in module.named_modules():
+        if not sub.training:
+            continue
+        for attr in _LAYERDROP_ATTRS:
+            p = getattr(sub, attr, None)
+            if isinstance(p, (int, float)) and not isinstance(p, bool) and p > 0:
+                saved.append((sub, attr, p))
+                setattr(sub, attr, 0.0)
+                resolved.append(f"{attr}={p} of {qual or type(sub).__name__} ({type(sub).__name__}) set to 0 while exporting")
+    rand = torch.rand
+    draws = []
+
+    def rand_no_skip(*size, **kw):
+        dims = size[0] if len(size) == 1 and isinstance(size[0], (list, tuple, torch.Size)) else size
+        if len(dims) == 0 and not any(k in kw for k in ("out", "generator")):
+            draws.append(1)
+            return 1.0
+        return rand(*size, **kw)
+
+    torch.rand = rand_no_skip
+    try:
+        yield resolved
+    finally:
+        torch.rand = rand
+        for sub, attr, p in saved:
+            setattr(sub, attr, p)
+        if draws:
+            resolved.append(f"{len(draws)} 0-d torch.rand() draws (LayerDrop-style `if torch.rand([]) < p` branches) "
+                            "read as 1.0")
+
+
+def _user_frame(exc) -> str:
+    """`` at FILE:LINE`` of the innermost frame of ``exc`` outside torch, or ``""``."""
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "/torch/" not in f.filename]
+    text = str(exc)
+    marker = "The following call raised this error:"
+    if marker in text:  # torch names the user's line in the message
+        lines = [ln.strip() for ln in text.split(marker, 1)[1].splitlines() if ln.strip()]
+        if lines:
+            return f" ({lines[0]}: {lines[1] if len(lines) > 1 else ''})"
+    return f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+
+
 def from_torch_with_state(
     module: torch.nn.Module,
     example_inputs=(),
@@ -590,6 +889,7 @@ def from_torch_with_state(
     name: str | None = None,
     kwargs: Mapping | None = None,
     strict: bool = False,
+    moe_capacity_factor: float | None = None,
 ) -> tuple[Graph, dict[str, torch.Tensor]]:
     """Like :func:`from_torch`, also returning the values of the graph's parameters and
     constants (by IR tensor name), ready for :func:`~tensoropt_py.graph.torch_ops.run_graph`."""
@@ -600,8 +900,32 @@ def from_torch_with_state(
     elif isinstance(example_inputs, Mapping):
         kwargs = {**dict(example_inputs), **dict(kwargs or {})}
         example_inputs = ()
-    ep = torch.export.export(module, tuple(example_inputs), kwargs=dict(kwargs) if kwargs else None, strict=strict)
-    imp = _Importer(module, ep, name or type(module).__name__)
+    if moe_capacity_factor is not None and not (isinstance(moe_capacity_factor, (int, float))
+                                                 and moe_capacity_factor > 0):
+        raise InvalidInputError(f"moe_capacity_factor must be a positive number or None, got {moe_capacity_factor!r}")
+    with _training_step_branches(module) as resolved, experts_as_one_operator(module) as moe_modules:
+        try:
+            ep = torch.export.export(module, tuple(example_inputs), kwargs=dict(kwargs) if kwargs else None,
+                                     strict=strict)
+        except Exception as exc:
+            if type(exc).__name__ in ("GuardOnDataDependentSymNode", "UserError") and "data-dependent" in str(exc):
+                where = _user_frame(exc)
+                raise UnsupportedOperatorError(
+                    f"{type(module).__name__} branches on a value computed from tensor data{where}: torch.export "
+                    "needs every Python `if` on a tensor resolved when tracing. Rewrite the branch with "
+                    "torch.where / torch.cond, or export a module whose training step takes one fixed path "
+                    f"(original error: {str(exc).splitlines()[0]})") from exc
+            raise
+    if resolved:
+        warnings.warn("from_torch resolved random branches of the training step to what it runs when nothing is "
+                      "skipped: " + "; ".join(resolved) + ". The graph costs a step that runs every layer "
+                      "(LayerDrop skips a layer with that probability, so this is the most expensive step).",
+                      stacklevel=3)
+    if moe_modules and moe_capacity_factor is not None:
+        warnings.warn(f"mixture of experts imported with capacity factor {moe_capacity_factor}: tokens beyond an "
+                      "expert's capacity are dropped (as GShard / Switch training does), which the module itself "
+                      "(dropless) does not do", stacklevel=3)
+    imp = _Importer(module, ep, name or type(module).__name__, moe_capacity_factor)
     graph, values = imp.run()
     return graph, values
 
@@ -620,6 +944,11 @@ def from_torch(module: torch.nn.Module, example_inputs=(), *, name: str | None =
         Graph name (default: the module's class name).
     kwargs : dict, optional
         Keyword example inputs (e.g. ``{"input_ids": ids, "labels": labels}``).
+    moe_capacity_factor : float, optional
+        Capacity of every expert per sequence as a multiple of its fair share of the routed
+        tokens (GShard / Switch); None (default): dropless, the exact computation of the module.
+    strict : bool
+        ``torch.export``'s strict mode (default False).
 
     Returns
     -------
@@ -629,6 +958,13 @@ def from_torch(module: torch.nn.Module, example_inputs=(), *, name: str | None =
     Raises
     ------
     UnsupportedOperatorError
-        An aten operator without an IR rule reads parameters.
+        An aten operator without an IR rule reads parameters, or the module branches on tensor
+        data (other than LayerDrop).
+
+    Warns
+    -----
+    UserWarning
+        An operator without a rule on data (replicated OPAQUE); LayerDrop branches resolved;
+        an MoE capacity factor that drops tokens; an experts module left as traced.
     """
     return from_torch_with_state(module, example_inputs, name=name, **kwargs)[0]

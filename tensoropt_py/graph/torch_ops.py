@@ -73,6 +73,8 @@ def _unary(fn, x, op, training):
         return x.to(_DTYPES[a("dtype")])
     if fn == "square":
         return x * x
+    if fn == "compare":
+        return getattr(torch, a("op"))(x, a("scalar"))
     f = {
         "tanh": torch.tanh,
         "sigmoid": torch.sigmoid,
@@ -93,7 +95,63 @@ def _unary(fn, x, op, training):
     return f(x)
 
 
+def _moe_slots(idx, num_experts, capacity, offset, local_experts):
+    """Flat slot index of every routed choice in a ``[G, local_experts * capacity]`` buffer.
+
+    ``idx [G, S, k]``: slot ``c`` of expert ``e`` goes to the ``c``-th choice routed to ``e`` in
+    the group (token order, then choice order). Choices beyond the capacity, or to an expert
+    outside ``[offset, offset + local_experts)``, get the dump index ``local_experts * capacity``.
+    Returns ``[G, S * k]`` int64.
+    """
+    G = idx.shape[0]
+    flat = idx.reshape(G, -1).long()
+    onehot = F.one_hot(flat, num_experts)  # [G, S*k, E]
+    pos = (onehot.cumsum(1) - 1).gather(2, flat.unsqueeze(-1)).squeeze(-1)  # position within its expert
+    local = flat - offset
+    keep = (pos < capacity) & (local >= 0) & (local < local_experts)
+    dump = local_experts * capacity
+    return torch.where(keep, local.clamp(0, max(local_experts - 1, 0)) * capacity + pos, torch.full_like(flat, dump))
+
+
+_MOE_ACT = {"silu": F.silu, "relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}
+
+
+def _moe_dispatch(x, idx, a, local_experts):
+    G, S, H = x.shape
+    C = a("capacity")
+    slots = _moe_slots(idx, a("num_experts"), C, a("expert_offset", 0), local_experts)
+    k = idx.shape[-1]
+    src = x.unsqueeze(2).expand(G, S, k, H).reshape(G, S * k, H)
+    buf = x.new_zeros(G, local_experts * C + 1, H)
+    buf = buf.scatter_add(1, slots.unsqueeze(-1).expand(-1, -1, H), src)  # one choice per kept slot
+    return buf[:, : local_experts * C].reshape(G, local_experts, C, H)
+
+
+def _moe_experts(x, up, down, a):
+    act = _MOE_ACT[a("activation")]
+    t = a("transposed")
+    proj = torch.einsum("gech,eho->geco", x, up) if t else torch.einsum("gech,eoh->geco", x, up)
+    if a("gated"):
+        gate, u = proj.chunk(2, dim=-1)
+        h = act(gate) * u
+    else:
+        h = act(proj)
+    y = torch.einsum("geci,eih->gech", h, down) if t else torch.einsum("geci,ehi->gech", h, down)
+    return y, proj
+
+
+def _moe_combine(y, idx, w, a):
+    G, El, C, H = y.shape
+    S, k = idx.shape[1], idx.shape[2]
+    slots = _moe_slots(idx, a("num_experts"), C, a("expert_offset", 0), El)
+    buf = torch.cat([y.reshape(G, El * C, H), y.new_zeros(G, 1, H)], dim=1)
+    picked = buf.gather(1, slots.unsqueeze(-1).expand(-1, -1, H)).reshape(G, S, k, H)
+    return (picked * w.unsqueeze(-1).to(picked.dtype)).sum(2)
+
+
 def _decode(arg, env):
+    if isinstance(arg, tuple) and len(arg) == 3 and arg[0] == "__empty__":  # a zero-size tensor
+        return torch.empty(arg[1], dtype=_DTYPES[arg[2]])
     if isinstance(arg, tuple) and len(arg) == 2 and arg[0] == "__tensor__":
         return env[arg[1]]
     if isinstance(arg, tuple) and len(arg) == 2 and arg[0] == "__list__":
@@ -219,9 +277,15 @@ def run_operator(
             res = [_unary(fn, x, op, training)]
     elif k is OpKind.BINARY:
         x, y = (get(t) for t in a("order"))
-        f = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
-             "maximum": torch.maximum, "minimum": torch.minimum}[a("fn")]
-        res = [f(x, y)]
+        fn = a("fn")
+        if fn == "where":
+            res = [torch.where(y, x, torch.as_tensor(a("scalar"), dtype=x.dtype, device=x.device))]
+        elif fn == "masked_fill":
+            res = [x.masked_fill(y, a("scalar"))]
+        else:
+            f = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
+                 "maximum": torch.maximum, "minimum": torch.minimum}[fn]
+            res = [f(x, y)]
     elif k is OpKind.LAYER_NORM:
         x = ins[0]
         shape = tuple(a("normalized_shape"))
@@ -285,6 +349,17 @@ def run_operator(
         res = [torch.cat([get(t) for t in a("order")], a("dim"))]
     elif k is OpKind.SPLIT:
         res = list(torch.split((ins or prm)[0], list(a("sizes")), a("dim")))
+    elif k is OpKind.MOE_DISPATCH:
+        res = [_moe_dispatch(ins[0], ins[1], a, a("local_experts") or a("num_experts"))]
+    elif k is OpKind.MOE_EXPERTS:
+        res = list(_moe_experts(ins[0], prm[0], prm[1], a))
+    elif k is OpKind.MOE_COMBINE:
+        res = [_moe_combine(ins[0], ins[1], ins[2], a)]
+    elif k is OpKind.PAD:
+        res = [F.pad((ins or prm)[0], list(a("pads")), mode="constant", value=a("value"))]
+    elif k is OpKind.TOPK:
+        vals, idx = torch.topk(ins[0], a("k"), dim=-1)
+        res = [vals, idx]
     elif k is OpKind.LOSS:
         logits, labels = ins[0], ins[1]
         C = logits.shape[-1]
@@ -317,6 +392,16 @@ def run_operator(
     return dict(zip(outs, res))
 
 
+def _check_not_meta(what, tensors):
+    meta = [k for k, v in tensors.items() if isinstance(v, torch.Tensor) and v.is_meta]
+    if meta:
+        raise InvalidInputError(
+            f"{what}: {len(meta)} tensors are on the meta device (e.g. {meta[:3]}): the model was imported "
+            "without its weights, which is enough to plan but not to run. Running needs real weights: build "
+            "the model on a real device (or materialise it with module.to_empty(device=...) and load a "
+            "state dict), or run with freshly initialised values (init_params)")
+
+
 def run_graph(
     graph: Graph,
     inputs: Mapping[str, torch.Tensor],
@@ -335,6 +420,7 @@ def run_graph(
                if t.role in (TensorRole.PARAMETER, TensorRole.CONSTANT) and t.name not in params]
     if missing:
         raise InvalidInputError(f"run_graph: no value for {len(missing)} parameters/constants, e.g. {missing[:3]}")
+    _check_not_meta(graph.name, params)
     env: dict[str, torch.Tensor] = {}
     for op in graph.operators:
         local = {u.tensor: (inputs[u.tensor] if op.kind is OpKind.INPUT else env[u.tensor])
@@ -346,7 +432,8 @@ def run_graph(
 def init_params(graph: Graph, *, seed: int | None = 0, std: float = 0.02) -> dict[str, torch.Tensor]:
     """Random values for every parameter (normal, ``std``, ``requires_grad``) and constant of ``graph``.
 
-    Constants: integer ones are ``arange`` along their first axis (position ids), float ones
+    Constants: 1-d integer ones are ``arange`` (position ids), ``*position_ids`` ones ``arange``
+    along their last axis, other integer ones zeros (token type ids); float ones
     named ``*running_var`` are ones, other float constants zeros except positional encodings
     (``*positional_encoding``: sinusoids).
     """
@@ -362,9 +449,11 @@ def init_params(graph: Graph, *, seed: int | None = 0, std: float = 0.02) -> dic
             out[t.name] = v.requires_grad_(dt.is_floating_point)
         elif t.role is TensorRole.CONSTANT:
             if not dt.is_floating_point:
-                n = t.shape[0] if t.shape else 1
-                out[t.name] = torch.arange(n, dtype=dt).reshape(t.shape + ()) if t.shape else torch.zeros((), dtype=dt)
-                if len(t.shape) > 1:
+                if len(t.shape) == 1:
+                    out[t.name] = torch.arange(t.shape[0], dtype=dt)
+                elif t.shape and t.name.endswith("position_ids"):  # e.g. [1, S]: positions along the last axis
+                    out[t.name] = torch.arange(t.shape[-1], dtype=dt).expand(t.shape).clone()
+                else:
                     out[t.name] = torch.zeros(t.shape, dtype=dt)
             elif t.name.endswith("running_var"):
                 out[t.name] = torch.ones(t.shape, dtype=dt)
