@@ -58,7 +58,7 @@ import torch
 
 from ..cost.optimizer import OPTIMIZERS
 from ..errors import InvalidInputError, TensorOptError
-from ..graph.ir import Graph, OpKind, TensorRole
+from ..graph.ir import DTYPE_BYTES, Graph, OpKind, TensorRole
 from ..graph.torch_ops import init_params, run_graph, torch_dtype
 from ..space.layout import PARTIAL, REPLICATE, Layout
 from ..space.mesh import fine_groups
@@ -125,6 +125,55 @@ def synthetic_batch(graph: Graph, seed: int, step: int = 0) -> dict:
             else:
                 out[spec.name] = torch.randint(0, _int_high(graph, spec.name), spec.shape, generator=gen, dtype=dt)
     return out
+
+
+def local_ranks(size: int) -> int:
+    """Ranks on this machine, as the MPI launcher says (MPICH, Open MPI); ``size`` when it does not."""
+    for var in ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE"):
+        value = os.environ.get(var, "")
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return int(size)
+
+
+def check_host_memory(graph: Graph, ranks_here: int, available: float | None = None) -> None:
+    """Refuse, with a clear error, a model whose full parameters do not fit in host memory on every rank.
+
+    Every rank draws the whole model's initial parameters (the same seeded values as the
+    single-process reference) before keeping its shards, so a machine holds ``ranks_here``
+    full copies for a moment. A model imported on the meta device (e.g. an 8B-parameter
+    model) plans fine but is larger than that: running it needs real, sharded weights.
+
+    Parameters
+    ----------
+    graph : Graph
+    ranks_here : int
+        Ranks on this machine.
+    available : float, optional
+        Bytes of available host memory (default: what the OS reports).
+
+    Examples
+    --------
+    >>> from tensoropt_py.graph.zoo import mlp
+    >>> check_host_memory(mlp(), 4, available=1e9)
+    >>> check_host_memory(mlp(), 4, available=1e3)
+    Traceback (most recent call last):
+    ...
+    tensoropt_py.errors.TensorOptError: mlp: each of the 4 ranks on this machine ...
+    """
+    need = sum(t.numel * DTYPE_BYTES[t.dtype] for t in graph.tensors.values()
+               if t.role in (TensorRole.PARAMETER, TensorRole.CONSTANT))
+    if available is None:
+        try:
+            available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):  # not reported on this OS: nothing to check against
+            return
+    if need * ranks_here > available:
+        raise TensorOptError(
+            f"{graph.name}: each of the {ranks_here} ranks on this machine would draw the full model's "
+            f"{need / 1e9:.3g} GB of initial parameters before sharding them ({need * ranks_here / 1e9:.3g} GB "
+            f"in all, {available / 1e9:.3g} GB available). The executor runs models whose full parameters fit "
+            "on every rank; larger ones (e.g. imported on the meta device) can be planned, not run here")
 
 
 def make_optimizer(name: str, params, lr: float):
@@ -342,6 +391,7 @@ class Executor:
 
     def _build_params(self):
         g, rank = self.graph, self.rank
+        check_host_memory(g, local_ranks(self.size))
         full = init_params(g, seed=self.seed)
         users: dict = {}
         for op in g.operators:
