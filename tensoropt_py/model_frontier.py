@@ -79,6 +79,10 @@ class Frontier:
         the cost model (no heuristic elimination and no epsilon thinning happened).
     cost_graph : CostGraph or None
         The graph the frontier was tracked on (None after :meth:`from_json`).
+    recompute, shard_optimizer : bool
+        Whether the space held recomputed / sharded-state configurations.
+    precision : {"32-true", "bf16-mixed"}
+        The training precision the costs assume (:mod:`tensoropt_py.cost.training`).
     """
 
     memory: np.ndarray
@@ -97,6 +101,9 @@ class Frontier:
     model_cost_graph: Any = field(default=None, repr=False)
     model_fingerprint: str = ""
     optimizer: str = "adam"
+    recompute: bool = False
+    shard_optimizer: bool = False
+    precision: str = "32-true"
 
     @property
     def cost_graph(self):
@@ -121,7 +128,22 @@ class Frontier:
             )
         return plan_from_choices(self.model_cost_graph, self.choices[i], self.edge_choices[i],
                                  model=self.model, cluster=self.cluster, optimizer=self.optimizer,
-                                 fingerprint=self.model_fingerprint)
+                                 fingerprint=self.model_fingerprint, precision=self.precision)
+
+    def option_usage(self) -> dict:
+        """Per point, how many operators are recomputed and how many shard their state.
+
+        Returns ``{"recompute": (P,) int, "shard_state": (P,) int}`` (zeros for a plain space).
+        """
+        rec, sh = np.zeros(len(self), dtype=np.int64), np.zeros(len(self), dtype=np.int64)
+        mcg = self.model_cost_graph
+        if mcg is not None and (self.recompute or self.shard_optimizer):
+            for i, cfgs in enumerate(mcg.configs):
+                r = np.array([c.recompute for c in cfgs], dtype=np.int64)
+                z = np.array([c.shard_state for c in cfgs], dtype=np.int64)
+                rec += r[self.choices[:, i]]
+                sh += z[self.choices[:, i]]
+        return {"recompute": rec, "shard_state": sh}
 
     @property
     def plans(self) -> tuple[Plan, ...]:
@@ -201,6 +223,7 @@ class Frontier:
             "model": self.model, "cluster": self.cluster, "devices": self.devices,
             "exact": self.exact, "epsilon": self.epsilon, "heuristic_eliminations": self.heuristic_eliminations,
             "optimizer": self.optimizer, "model_fingerprint": self.model_fingerprint,
+            "recompute": self.recompute, "shard_optimizer": self.shard_optimizer, "precision": self.precision,
             "memory": self.memory.tolist(), "time": self.time.tolist(),
             "compute_time": self.compute_time.tolist(), "communication_time": self.communication_time.tolist(),
             "choices": self.choices.tolist(), "edge_choices": self.edge_choices.tolist(),
@@ -228,13 +251,15 @@ class Frontier:
             devices=int(data["devices"]), model=data["model"], cluster=data["cluster"], exact=bool(data["exact"]),
             epsilon=float(data["epsilon"]), heuristic_eliminations=int(data["heuristic_eliminations"]),
             seconds=data.get("seconds", {}), optimizer=data.get("optimizer", "adam"),
-            model_fingerprint=data.get("model_fingerprint", ""),
+            model_fingerprint=data.get("model_fingerprint", ""), recompute=bool(data.get("recompute", False)),
+            shard_optimizer=bool(data.get("shard_optimizer", False)), precision=data.get("precision", "32-true"),
         )
 
 
 def compute_frontier(graph, cluster, devices: int, *, method: Method = "ldp", exact: bool = False,
                      epsilon: float = 0.0, threads: int | None = None, optimizer: str = "adam",
-                     mesh_tensorflow: bool = False, max_configs: int | None = None, progress=None) -> Frontier:
+                     mesh_tensorflow: bool = False, max_configs: int | None = None, progress=None,
+                     training=None) -> Frontier:
     """The cost frontier of a parsed model on ``devices`` devices of a parsed cluster.
 
     Parameters
@@ -255,6 +280,9 @@ def compute_frontier(graph, cluster, devices: int, *, method: Method = "ldp", ex
     progress : callable, optional
         Called as ``progress(stage, fraction, elapsed_seconds)`` when a stage starts and ends
         (stages ``"build"`` and ``"track"``).
+    training : TrainingOptions, optional
+        Recomputation, sharded optimizer state and precision
+        (:func:`tensoropt_py.cost.training.check_training_options`); default the plain space.
 
     Returns
     -------
@@ -268,13 +296,15 @@ def compute_frontier(graph, cluster, devices: int, *, method: Method = "ldp", ex
     (4, True)
     """
     from .cost.builder import build_cost_graph
+    from .cost.training import TrainingOptions
     from .engine import track
 
+    training = training or TrainingOptions()
     note = progress or (lambda stage, fraction, elapsed: None)
     t0 = _time.perf_counter()
     note("build", 0.0, 0.0)
     mcg = build_cost_graph(graph, cluster, devices, optimizer=optimizer, mesh_tensorflow=mesh_tensorflow,
-                           max_configs=max_configs)
+                           max_configs=max_configs, training=training)
     t1 = _time.perf_counter()
     note("build", 1.0, t1 - t0)
     note("track", 0.0, 0.0)
@@ -297,4 +327,5 @@ def compute_frontier(graph, cluster, devices: int, *, method: Method = "ldp", ex
         exact=bool(heuristic == 0 and epsilon == 0 and not mesh_tensorflow and max_configs is None),
         heuristic_eliminations=heuristic, seconds={"build": t1 - t0, "track": t2 - t1},
         model_cost_graph=mcg, model_fingerprint=graph.fingerprint(), optimizer=optimizer,
+        recompute=training.recompute, shard_optimizer=training.shard_optimizer, precision=training.precision,
     )
