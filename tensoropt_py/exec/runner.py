@@ -68,6 +68,7 @@ from .reschedule_exec import reschedule, run_steps, steps_from_collectives, step
 from .measure import Report, collective_counts, expected_collectives
 from ..plan import config_from_plan
 from .shard import gather_full, place_coordinate, shard
+from .training_exec import Rerun, ShardedGroup, autocast, input_sources
 
 __all__ = ["run_plan", "Executor", "Report", "synthetic_batch", "reference_train",
            "expected_collectives", "main", "OPTIMIZERS", "make_optimizer"]
@@ -202,6 +203,8 @@ class _Saved:
     def get(self):
         if self.tensor is not None:
             return self.tensor
+        if self.geometry is None:  # recomputed (training_exec.py): the source gives the tensor itself
+            return self.source()
         base = self.source.take()
         size, stride, offset = self.geometry
         if tuple(base.size()) == size and tuple(base.stride()) == stride and offset == 0:
@@ -265,6 +268,10 @@ class Executor:
         self.device = backend.device
         self.loss_name = _loss_name(graph)
         self._holders, self._sources, self._copies = [], [], {}  # one iteration's saved tensors
+        self.precision = getattr(plan, "precision", "32-true")
+        self._seq, self._reruns = [], {}  # everything packed in order; recomputations (training_exec.py)
+        self._autocast = functools.partial(autocast, self.precision, self.device)
+        autocast(self.precision, self.device)  # an unknown precision fails at setup
         self._build()
 
     # -- setup -----------------------------------------------------------------------------------
@@ -387,8 +394,18 @@ class Executor:
                     fused.setdefault(axes, []).append(name)
             for axes, names in fused.items():
                 self.grad_groups.append((op.name, fine_groups(cfg.mesh.fine_sizes, axes), names))
+        # sharded optimizer state (ZeRO-1, training_exec.py): the group's parameters become views of a flat buffer
+        self.sharded: dict = {}  # index in grad_groups -> ShardedGroup
+        for gi, (opname, groups, names) in enumerate(self.grad_groups):
+            if self.configs[opname].shard_state:
+                sg = ShardedGroup([self.master[nm][0] for nm in names], groups, rank)
+                for nm, view in zip(names, sg.params):
+                    self.master[nm] = (view, self.master[nm][1])
+                self.sharded[gi] = sg
         self.params = [self.master[t.name][0] for t in g.parameters if t.name in self.master]
-        self.opt = make_optimizer(self.optimizer_name, self.params, self.lr)
+        in_shards = {id(p) for sg in self.sharded.values() for p in sg.params}
+        self.opt = make_optimizer(self.optimizer_name, [p for p in self.params if id(p) not in in_shards]
+                                  + [sg.shard for sg in self.sharded.values()], self.lr)
         self._param_ptrs = {p.untyped_storage().data_ptr() for p in self.params}
         self._param_ptrs |= {v.untyped_storage().data_ptr() for v in self.views.values() if isinstance(v, torch.Tensor)}
 
@@ -428,8 +445,10 @@ class Executor:
                     if use.tensor not in prm:
                         with be.phase("fwd"):
                             prm[use.tensor] = self._param(op, use.tensor)
-                first = len(self._holders)
+                first, first_seq = len(self._holders), len(self._seq)
                 out = self.local_ops[op.name].run(ins, prm)
+                if self._reruns is not None and (self.configs[op.name].recompute or self._recomputed_inputs(op)):
+                    self._release_recomputed(op, ins, prm, out, self._seq[first_seq:], self._holders[first:])
                 self._drop_copies(op, ins, env, out, copies, self._holders[first:])
                 env.update(out)
             for t in self._dead_after[i]:
@@ -449,6 +468,38 @@ class Executor:
                 if _release(holders, out[u.tensor], functools.partial(self._rederive_from, e, copies)):
                     self._sources.append(e.tag)
 
+    def _recomputed_inputs(self, op):
+        return any(u.tensor in self._reruns for u in op.inputs)
+
+    def _release_recomputed(self, op, ins, prm, out, packed, holders):
+        """Recomputation (training_exec.py): release what a recomputed operator saved beyond its inputs,
+        and the copies of recomputed producers' outputs this operator saved."""
+        if self.configs[op.name].recompute:
+            sources = input_sources(op, ins, packed)
+            keep = {ins[u.tensor].untyped_storage().data_ptr() for u in op.inputs}
+            for name, (kind, t) in sources.items():
+                if kind == "ref":
+                    self._sources.append(t)  # kept for the re-run (the cost model charges it)
+            rerun = Rerun(self.local_ops[op.name], sources, {n: bool(ins[n].requires_grad) for n in sources}, prm,
+                          len(packed), self._autocast, op.name)
+            for j, h in enumerate(packed):
+                if isinstance(h, _Saved) and h.tensor is not None and h.tensor.untyped_storage().data_ptr() not in keep:
+                    h.tensor, h.source, h.geometry = None, functools.partial(rerun.saved, j), None
+            for u in op.outputs:
+                self._reruns[u.tensor] = rerun
+        for ui, use in enumerate(op.inputs):
+            rerun = self._reruns.get(use.tensor)
+            if rerun is None:
+                continue
+            e = self.edges[(op.name, ui)]
+            _release(holders, ins[use.tensor], functools.partial(self._rederive_recomputed, e, rerun))
+
+    def _rederive_recomputed(self, e, rerun):
+        be = self.be
+        src = rerun.output(e.tensor)
+        with torch.no_grad(), be.phase("rederive"), be.tag(f"reuse:{e.tag}"):
+            return run_steps(src, e.fwd, self.graph.tensors[e.tensor].shape, be.rank, be)
+
     def _rederive(self, e, src):
         be = self.be
         with torch.no_grad(), be.phase("rederive"), be.tag(f"reuse:{e.tag}"):
@@ -460,7 +511,11 @@ class Executor:
     def _sync_grads(self):
         be = self.be
         with be.phase("grad"):
-            for opname, groups, names in self.grad_groups:
+            for gi, (opname, groups, names) in enumerate(self.grad_groups):
+                if gi in self.sharded:  # reduce-scatter into this rank's chunk (training_exec.py)
+                    with be.tag(f"grad:{opname}"):
+                        self.sharded[gi].reduce_scatter(be)
+                    continue
                 ts = [self.master[nm][0] for nm in names]
                 grads = [t.grad if t.grad is not None else torch.zeros_like(t) for t in ts]
                 flat = torch.cat([gr.reshape(-1) for gr in grads])
@@ -487,8 +542,11 @@ class Executor:
         first = len(be.records)
         t0 = time.perf_counter()
         self.opt.zero_grad(set_to_none=True)
+        for p in self.params:
+            p.grad = None
         self._holders, self._sources, self._copies = [], [], {}
-        with torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack):
+        self._seq, self._reruns = [], {}
+        with torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack), self._autocast():
             loss = self.forward(step)
         # what backward will read: kept saved tensors and the copies re-derivations start from
         sources = [self._copies[x] if isinstance(x, str) else x for x in self._sources]
@@ -496,11 +554,16 @@ class Executor:
         with be.phase("bwd"):
             loss.backward()
         self._holders, self._sources, self._copies = [], [], {}
+        self._seq, self._reruns = [], {}
         self._sync_grads()
         for t in self.params:
             if t.grad is None:
                 t.grad = torch.zeros_like(t)
         self.opt.step()
+        with be.phase("grad"):
+            for gi, sg in self.sharded.items():
+                with be.tag(f"grad:{self.grad_groups[gi][0]}"):
+                    sg.all_gather(be)
         be.synchronize()
         dt = time.perf_counter() - t0
         recs = be.records[first:]
@@ -508,9 +571,11 @@ class Executor:
 
     def _pack(self, t):
         if t.untyped_storage().data_ptr() in self._param_ptrs:
+            self._seq.append(t)
             return t  # parameters and constants are counted as state, never released
         h = _Saved(t)
         self._holders.append(h)
+        self._seq.append(h)
         return h
 
     def state_bytes(self) -> int:
