@@ -214,6 +214,8 @@ class Frontier:
         kwargs.setdefault("turning_point", self.turning_point)
         kwargs.setdefault("note", self.accuracy)
         kwargs.setdefault("title", f"{self.model} on {self.cluster} ({self.devices} devices)")
+        if self.recompute or self.shard_optimizer:  # mark the points using each training lever
+            kwargs.setdefault("options", {k: v for k, v in self.option_usage().items() if v.any()})
         return plot_frontier(self, path=path, **kwargs)
 
     # --- serialisation -------------------------------------------------------------------------

@@ -447,9 +447,13 @@ class Executor:
                             prm[use.tensor] = self._param(op, use.tensor)
                 first, first_seq = len(self._holders), len(self._seq)
                 out = self.local_ops[op.name].run(ins, prm)
-                if self._reruns is not None and (self.configs[op.name].recompute or self._recomputed_inputs(op)):
-                    self._release_recomputed(op, ins, prm, out, self._seq[first_seq:], self._holders[first:])
+                read = ()
+                if self.configs[op.name].recompute or self._recomputed_inputs(op):
+                    read = self._release_recomputed(op, ins, prm, out, self._seq[first_seq:], self._holders[first:])
                 self._drop_copies(op, ins, env, out, copies, self._holders[first:])
+                for h in read:  # the re-run reads these saved inputs once more
+                    if isinstance(h.source, _Rederivation):
+                        h.source.left += 1
                 env.update(out)
             for t in self._dead_after[i]:
                 env.pop(t, None)
@@ -473,13 +477,17 @@ class Executor:
 
     def _release_recomputed(self, op, ins, prm, out, packed, holders):
         """Recomputation (training_exec.py): release what a recomputed operator saved beyond its inputs,
-        and the copies of recomputed producers' outputs this operator saved."""
+        and the copies of recomputed producers' outputs this operator saved. Returns the holders
+        the operator's re-run reads its inputs from."""
+        read = []
         if self.configs[op.name].recompute:
             sources = input_sources(op, ins, packed)
             keep = {ins[u.tensor].untyped_storage().data_ptr() for u in op.inputs}
             for name, (kind, t) in sources.items():
                 if kind == "ref":
                     self._sources.append(t)  # kept for the re-run (the cost model charges it)
+                else:
+                    read.append(t[0])
             rerun = Rerun(self.local_ops[op.name], sources, {n: bool(ins[n].requires_grad) for n in sources}, prm,
                           len(packed), self._autocast, op.name)
             for j, h in enumerate(packed):
@@ -493,6 +501,7 @@ class Executor:
                 continue
             e = self.edges[(op.name, ui)]
             _release(holders, ins[use.tensor], functools.partial(self._rederive_recomputed, e, rerun))
+        return read
 
     def _rederive_recomputed(self, e, rerun):
         be = self.be
