@@ -305,7 +305,12 @@ def find_strategy(
     graph = load_model(model, example_inputs)
     cl = load_cluster(cluster)
     cap = parse_memory_cap(memory_cap, cl)
-    check_training_options(recompute, shard_optimizer, precision, optimizer=optimizer, cluster=cl)
+    training = check_training_options(recompute, shard_optimizer, precision, optimizer=optimizer, cluster=cl)
+    if refine is not None and (training.expands or training.mixed_precision):
+        raise InvalidInputError(f"refine={refine!r} simulates the plain space only (the FlexFlow simulator does not cost "
+                                f"recomputation, sharded optimizer state or {training.precision!r}); use refine=None "
+                                f"with recompute={recompute!r}, shard_optimizer={shard_optimizer!r}, "
+                                f"precision={precision!r}")
     kw = dict(method=method, exact=exact, epsilon=epsilon, threads=threads, optimizer=optimizer,
               max_configs=max_configs, cache=cache, cache_dir=cache_dir, progress=progress, recompute=recompute,
               shard_optimizer=shard_optimizer, precision=precision)

@@ -68,10 +68,12 @@ def test_measured_memory_is_within_5_percent_of_the_prediction(runs):
             assert abs(measured - predicted) <= 0.05 * predicted, (name, n, p["plan"], predicted, measured)
 
 
-def test_bf16_mixed_trains_within_tolerance(runs):
+def test_bf16_mixed_trains_within_tolerance_and_memory(runs):
     n, s = runs
     for name, res in s["models"].items():
         b = res["bf16"]
         assert b["precision"] == "bf16-mixed"
         np.testing.assert_allclose(b["losses"], b["reference"], rtol=BF16_RTOL)
         assert b["losses"] != b["reference"]  # it really ran in bf16
+        predicted, measured = b["memory"]
+        assert abs(measured - predicted) <= 0.05 * predicted, (name, n, predicted, measured)

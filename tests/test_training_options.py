@@ -203,3 +203,8 @@ def test_plot_marks_points_using_each_lever(tmp_path, graph):
 def test_check_training_options_defaults():
     assert check_training_options() == TrainingOptions()
     assert not TrainingOptions().expands and TrainingOptions().compute_dtype == "float32"
+
+
+def test_mcmc_refinement_refuses_training_options():
+    with pytest.raises(InvalidInputError, match="refine='mcmc'.*recompute=True"):
+        to.find_strategy("mlp", "cpu-1x4", devices=4, recompute=True, refine="mcmc", progress=False)

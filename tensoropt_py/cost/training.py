@@ -62,7 +62,7 @@ from ..space.mesh import fine_groups
 from .operator_cost import local_numel, split_matrix
 from .optimizer import OPTIMIZERS, check_optimizer, state_bytes_per_param, update_work
 
-__all__ = ["Precision", "PRECISIONS", "TrainingOptions", "check_training_options", "precision_graph",
+__all__ = ["Precision", "PRECISIONS", "TrainingOptions", "check_training_options", "precision_graph", "half_tensors",
            "expand_configs", "recompute_edge_table", "option_counts"]
 
 Precision = Literal["32-true", "bf16-mixed"]
@@ -152,24 +152,42 @@ def check_training_options(recompute=False, shard_optimizer=False, precision="32
     return TrainingOptions(bool(recompute), bool(shard_optimizer), precision)
 
 
-def precision_graph(graph: Graph, precision: Precision) -> Graph:
-    """``graph`` with its float32 activations in the precision's compute dtype (costing only).
+def half_tensors(graph: Graph) -> frozenset:
+    """Names of the tensors a ``bf16-mixed`` run keeps in bf16: every float32 activation and
+    loaded float input, except scalars (the loss) and what a LOSS operator saves (it computes
+    in fp32 under autocast: its log-probabilities stay fp32).
 
-    Parameters, constants and loaded data keep their dtype (fp32 master weights; data is
-    cast by the first operator).
+    Examples
+    --------
+    >>> from tensoropt_py.graph.zoo import mlp
+    >>> sorted(half_tensors(mlp()))[:2]
+    ['fc0.out', 'fc1.out']
+    """
+    fp32 = {t for op in graph.operators if op.kind is OpKind.LOSS for t in op.saved}
+    return frozenset(t.name for t in graph.tensors.values()
+                     if t.role in (TensorRole.ACTIVATION, TensorRole.INPUT) and t.dtype == "float32"
+                     and t.shape != () and t.name not in fp32)
+
+
+def precision_graph(graph: Graph, precision: Precision) -> Graph:
+    """``graph`` with its activations in the precision's compute dtype (costing only).
+
+    The tensors of :func:`half_tensors` become ``bfloat16``; parameters and constants keep
+    their dtype (fp32 master weights; :func:`~tensoropt_py.cost.optimizer.state_bytes_per_param`
+    with ``mixed_precision=True`` counts the bf16 working copy and its gradient).
 
     Examples
     --------
     >>> from tensoropt_py.graph.zoo import mlp
     >>> g = precision_graph(mlp(), "bf16-mixed")
     >>> sorted({t.dtype for t in g.tensors.values() if t.role.value == "activation"})
-    ['bfloat16', 'int64']
+    ['bfloat16', 'float32', 'int64']
     """
     dt = PRECISIONS[precision]
     if dt == "float32":
         return graph
-    tensors = [replace(t, dtype=dt) if t.role is TensorRole.ACTIVATION and t.dtype == "float32" else t
-               for t in graph.tensors.values()]
+    half = half_tensors(graph)
+    tensors = [replace(t, dtype=dt) if t.name in half else t for t in graph.tensors.values()]
     return Graph(tensors, graph.operators, name=graph.name, outputs=graph.outputs)
 
 

@@ -272,6 +272,11 @@ class Executor:
         self._seq, self._reruns = [], {}  # everything packed in order; recomputations (training_exec.py)
         self._autocast = functools.partial(autocast, self.precision, self.device)
         autocast(self.precision, self.device)  # an unknown precision fails at setup
+        self._half = torch.bfloat16 if self.precision == "bf16-mixed" else None
+        if self._half is not None:
+            from ..cost.training import half_tensors
+
+            self._half_names = half_tensors(graph)
         self._build()
 
     # -- setup -----------------------------------------------------------------------------------
@@ -394,18 +399,27 @@ class Executor:
                     fused.setdefault(axes, []).append(name)
             for axes, names in fused.items():
                 self.grad_groups.append((op.name, fine_groups(cfg.mesh.fine_sizes, axes), names))
+        # bf16-mixed (training_exec.py): bf16 working parameters, fp32 masters for the optimizer
+        self._fp32: dict = {}  # name -> fp32 master of a trained parameter that is not sharded
+        if self._half is not None:
+            for name, (t, lay) in list(self.master.items()):
+                self._fp32[name] = t.detach().clone()
+                self.master[name] = (t.detach().to(self._half).requires_grad_(True), lay)
         # sharded optimizer state (ZeRO-1, training_exec.py): the group's parameters become views of a flat buffer
         self.sharded: dict = {}  # index in grad_groups -> ShardedGroup
         for gi, (opname, groups, names) in enumerate(self.grad_groups):
             if self.configs[opname].shard_state:
-                sg = ShardedGroup([self.master[nm][0] for nm in names], groups, rank)
+                sg = ShardedGroup([self.master[nm][0] for nm in names], groups, rank,
+                                  master_dtype=torch.float32 if self._half is not None else None)
                 for nm, view in zip(names, sg.params):
                     self.master[nm] = (view, self.master[nm][1])
+                    self._fp32.pop(nm, None)
                 self.sharded[gi] = sg
         self.params = [self.master[t.name][0] for t in g.parameters if t.name in self.master]
         in_shards = {id(p) for sg in self.sharded.values() for p in sg.params}
-        self.opt = make_optimizer(self.optimizer_name, [p for p in self.params if id(p) not in in_shards]
-                                  + [sg.shard for sg in self.sharded.values()], self.lr)
+        stepped = ([self._fp32[t.name] for t in g.parameters if t.name in self._fp32] if self._half is not None
+                   else [p for p in self.params if id(p) not in in_shards])
+        self.opt = make_optimizer(self.optimizer_name, stepped + [sg.master for sg in self.sharded.values()], self.lr)
         self._param_ptrs = {p.untyped_storage().data_ptr() for p in self.params}
         self._param_ptrs |= {v.untyped_storage().data_ptr() for v in self.views.values() if isinstance(v, torch.Tensor)}
 
@@ -428,7 +442,8 @@ class Executor:
         for i, op in enumerate(g.operators):
             if op.kind is OpKind.INPUT:
                 for u in op.outputs:
-                    env[u.tensor] = shard(data[u.tensor], self.out_layout(op, u.tensor), rank).to(self.device)
+                    env[u.tensor] = self._store(u.tensor, shard(data[u.tensor], self.out_layout(op, u.tensor),
+                                                                rank).to(self.device))
             else:
                 ins = {}
                 for ui, use in enumerate(op.inputs):
@@ -446,7 +461,7 @@ class Executor:
                         with be.phase("fwd"):
                             prm[use.tensor] = self._param(op, use.tensor)
                 first, first_seq = len(self._holders), len(self._seq)
-                out = self.local_ops[op.name].run(ins, prm)
+                out = {k: self._store(k, v) for k, v in self.local_ops[op.name].run(ins, prm).items()}
                 read = ()
                 if self.configs[op.name].recompute or self._recomputed_inputs(op):
                     read = self._release_recomputed(op, ins, prm, out, self._seq[first_seq:], self._holders[first:])
@@ -472,6 +487,12 @@ class Executor:
                 if _release(holders, out[u.tensor], functools.partial(self._rederive_from, e, copies)):
                     self._sources.append(e.tag)
 
+    def _store(self, name, t):
+        """The tensor as the run keeps it: bf16 for the activations bf16-mixed stores in bf16."""
+        if self._half is not None and name in self._half_names and t.is_floating_point() and t.dtype != self._half:
+            return t.to(self._half)
+        return t
+
     def _recomputed_inputs(self, op):
         return any(u.tensor in self._reruns for u in op.inputs)
 
@@ -489,10 +510,11 @@ class Executor:
                 else:
                     read.append(t[0])
             rerun = Rerun(self.local_ops[op.name], sources, {n: bool(ins[n].requires_grad) for n in sources}, prm,
-                          len(packed), self._autocast, op.name)
+                          len(packed), self._autocast, op.name, store=self._store)
             for j, h in enumerate(packed):
                 if isinstance(h, _Saved) and h.tensor is not None and h.tensor.untyped_storage().data_ptr() not in keep:
                     h.tensor, h.source, h.geometry = None, functools.partial(rerun.saved, j), None
+                    rerun.expect("saved", j)
             for u in op.outputs:
                 self._reruns[u.tensor] = rerun
         for ui, use in enumerate(op.inputs):
@@ -500,7 +522,8 @@ class Executor:
             if rerun is None:
                 continue
             e = self.edges[(op.name, ui)]
-            _release(holders, ins[use.tensor], functools.partial(self._rederive_recomputed, e, rerun))
+            if _release(holders, ins[use.tensor], functools.partial(self._rederive_recomputed, e, rerun)):
+                rerun.expect("output", use.tensor)  # the re-derivation runs once, whatever the views
         return read
 
     def _rederive_recomputed(self, e, rerun):
@@ -568,7 +591,18 @@ class Executor:
         for t in self.params:
             if t.grad is None:
                 t.grad = torch.zeros_like(t)
+        if self._half is not None:  # bf16 gradients -> fp32 masters
+            for name, m in self._fp32.items():
+                m.grad = self.master[name][0].grad.to(m.dtype)
+            for sg in self.sharded.values():
+                sg.master.grad = sg.shard.grad.to(sg.master.dtype)
         self.opt.step()
+        if self._half is not None:  # fp32 masters -> bf16 working copies
+            with torch.no_grad():
+                for name, m in self._fp32.items():
+                    self.master[name][0].copy_(m)
+                for sg in self.sharded.values():
+                    sg.shard.copy_(sg.master)
         with be.phase("grad"):
             for gi, sg in self.sharded.items():
                 with be.tag(f"grad:{self.grad_groups[gi][0]}"):
@@ -590,6 +624,8 @@ class Executor:
     def state_bytes(self) -> int:
         """Parameters + gradients + optimizer state + constants held by this rank."""
         total = sum(p.numel() * p.element_size() * 2 for p in self.params)
+        masters = list(self._fp32.values()) + [sg.master for sg in self.sharded.values() if sg.master is not sg.shard]
+        total += sum(m.numel() * m.element_size() for m in masters)  # fp32 masters of bf16-mixed
         for st in self.opt.state.values():
             for v in st.values():
                 if isinstance(v, torch.Tensor) and v.dim() > 0:

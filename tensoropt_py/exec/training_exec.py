@@ -1,8 +1,14 @@
 """The executor's side of the training options (:mod:`tensoropt_py.cost.training`).
 
 * **Precision** (:func:`autocast`): ``"bf16-mixed"`` runs every operator's forward (and its
-  recomputation) under ``torch.autocast(device, dtype=torch.bfloat16)``; parameters,
-  gradients and optimizer state stay fp32.
+  recomputation) under ``torch.autocast(device, dtype=torch.bfloat16)`` and keeps what the cost
+  model counts (:func:`~tensoropt_py.cost.training.precision_graph`, the mixed-precision state of
+  :func:`~tensoropt_py.cost.optimizer.state_bytes_per_param`): the activations of
+  :func:`~tensoropt_py.cost.training.half_tensors` are stored in bf16 (an operator's float
+  outputs are cast, the LOSS computes and keeps its log-probabilities in fp32 as autocast
+  does); the trained parameters are bf16 working copies with bf16 gradients (reduced in
+  bf16), and the optimizer steps fp32 master copies (of the local shard only, with sharded
+  state) that are copied back after every step.
 * **Sharded optimizer state** (:class:`ShardedGroup`, ZeRO-1): the parameters of one fused
   gradient group (an operator's parameters reduced over the same mesh axes) become views of
   one flat buffer; the flat gradient is reduce-scattered over the group's replicas, each rank
@@ -68,7 +74,7 @@ class ShardedGroup:
         This rank's chunk of the buffer (a leaf view), the optimizer's parameter.
     """
 
-    def __init__(self, tensors, groups, rank: int):
+    def __init__(self, tensors, groups, rank: int, master_dtype=None):
         mine = next(g for g in groups if rank in g)
         self.groups, self.size, self.index = groups, len(mine), mine.index(rank)
         numel = sum(t.numel() for t in tensors)
@@ -83,6 +89,10 @@ class ShardedGroup:
         self.numel = numel
         lo = self.index * self.chunk
         self.shard = self.flat[lo:lo + self.chunk].requires_grad_(True)
+        #: the tensor the optimizer steps: the chunk itself, or an fp32 master copy of it (bf16-mixed)
+        self.master = self.shard
+        if master_dtype is not None and master_dtype != self.flat.dtype:
+            self.master = self.shard.detach().to(master_dtype).requires_grad_(True)
 
     def reduce_scatter(self, be):
         """Sum the gradients over the replicas; this rank's chunk becomes ``shard.grad``."""
@@ -139,16 +149,42 @@ class Rerun:
     context : callable
         Returns the context the forward ran in (autocast).
     name : str
+    store : callable, optional
+        ``store(name, tensor)``: the output as the run keeps it (bf16-mixed casts).
     """
 
-    __slots__ = ("local_op", "sources", "requires_grad", "params", "count", "context", "name", "result")
+    __slots__ = ("local_op", "sources", "requires_grad", "params", "count", "context", "name", "result", "left",
+                 "store")
 
-    def __init__(self, local_op, sources, requires_grad, params, packed_count, context, name):
+    def __init__(self, local_op, sources, requires_grad, params, packed_count, context, name, store=None):
         self.local_op, self.sources, self.requires_grad = local_op, sources, requires_grad
         self.params, self.count, self.context, self.name = params, packed_count, context, name
+        self.store = store or (lambda name, t: t)
         self.result = None
+        self.left: dict = {}  # ("saved", j) or ("output", name) -> reads still to come
+
+    def expect(self, what, key):
+        """Register one future read of ``saved(key)`` (``what="saved"``) or ``output(key)``."""
+        self.left[(what, key)] = self.left.get((what, key), 0) + 1
+
+    def _take(self, what, key, value):
+        k = (what, key)
+        n = self.left.get(k, 0) - 1
+        if n > 0:
+            self.left[k] = n
+        else:  # its last reader: let it go (the re-run's tensors do not outlive their use)
+            self.left.pop(k, None)
+            if what == "saved":
+                self.result[1][key] = None
+            else:
+                self.result[0].pop(key, None)
+            if not self.left:
+                self.result = ()  # every read done
+        return value
 
     def _run(self):
+        if self.result == ():
+            raise TensorOptError(f"operator {self.name!r} was recomputed and read more often than registered")
         if self.result is None:
             ins = {}
             for name, (kind, s) in self.sources.items():
@@ -169,13 +205,13 @@ class Rerun:
             if len(packed) != self.count:
                 raise TensorOptError(f"recomputing operator {self.name!r} saved {len(packed)} tensors, its forward "
                                      f"saved {self.count}: the re-run does not match the forward")
-            self.result = ({k: v.detach() for k, v in out.items()}, [t.detach() for t in packed])
+            self.result = ({k: self.store(k, v.detach()) for k, v in out.items()}, [t.detach() for t in packed])
         return self.result
 
     def saved(self, j: int):
         """The ``j``-th tensor the forward saved."""
-        return self._run()[1][j]
+        return self._take("saved", j, self._run()[1][j])
 
     def output(self, name: str):
         """Output ``name`` of the operator."""
-        return self._run()[0][name]
+        return self._take("output", name, self._run()[0][name])
