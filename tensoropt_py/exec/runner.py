@@ -585,6 +585,11 @@ class Executor:
         saved = _saved_bytes([h.tensor for h in self._holders if h.tensor is not None] + sources, self._param_ptrs)
         with be.phase("bwd"):
             loss.backward()
+        loss = loss.detach()
+        for h in self._holders:  # released holders, re-runs and re-derivations reference each other: break
+            h.tensor = h.source = None  # the cycles, so that this iteration's tensors go now, not at a GC
+        for r in self._reruns.values():
+            r.result = r.sources = None
         self._holders, self._sources, self._copies = [], [], {}
         self._seq, self._reruns = [], {}
         self._sync_grads()
