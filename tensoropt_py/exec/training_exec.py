@@ -196,16 +196,17 @@ class Rerun:
                 ins[name] = x.detach().requires_grad_(self.requires_grad[name])
             packed = []
 
-            def pack(t):
-                packed.append(t)
-                return t
+            def pack(t):  # detached: a saved output holding its own grad_fn would be a cycle gc cannot see
+                d = t.detach()
+                packed.append(d)
+                return d
 
             with torch.enable_grad(), self.context(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
                 out = self.local_op.run(ins, self.params)
             if len(packed) != self.count:
                 raise TensorOptError(f"recomputing operator {self.name!r} saved {len(packed)} tensors, its forward "
                                      f"saved {self.count}: the re-run does not match the forward")
-            self.result = ({k: self.store(k, v.detach()) for k, v in out.items()}, [t.detach() for t in packed])
+            self.result = ({k: self.store(k, v.detach()) for k, v in out.items()}, list(packed))
         return self.result
 
     def saved(self, j: int):
