@@ -8,6 +8,7 @@ plan (CUDA memory is ``torch.cuda.max_memory_allocated``).
 """
 
 import argparse
+import gc
 
 import torch
 
@@ -27,8 +28,13 @@ for prec in ("32-true", "bf16-mixed"):
     use = fr.option_usage()["recompute"]
     for label, i in (("fastest", len(fr) - 1), ("least memory", 0)):
         plan = fr.plan(i)
+        gc.collect()
+        torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
         rep = run_plan(plan, g, args.steps, 0, backend="nccl", optimizer="adam", lr=1e-4, warmup=1)
+        if base:
+            print(f"(note: {base / 1e9:.3f} GB allocated before this run)")
         print(f"{prec:>10} {label:<13} recomputed ops {int(use[i]):>3}  memory predicted {rep.memory_predicted / 1e9:7.3f} GB "
               f"measured {rep.memory_measured / 1e9:7.3f} GB ({rep.memory_measured / rep.memory_predicted - 1:+.1%})  "
               f"time predicted {rep.time_predicted * 1e3:8.2f} ms measured {rep.time_measured * 1e3:8.2f} ms  "
