@@ -134,6 +134,16 @@ class Frontier:
         """Per point, how many operators are recomputed and how many shard their state.
 
         Returns ``{"recompute": (P,) int, "shard_state": (P,) int}`` (zeros for a plain space).
+
+        Examples
+        --------
+        >>> from tensoropt_py.inputs import load_cluster, load_model
+        >>> from tensoropt_py.cost.training import TrainingOptions
+        >>> fr = compute_frontier(load_model("mlp"), load_cluster("cpu-1x4"), 4,
+        ...                       training=TrainingOptions(recompute=True))
+        >>> use = fr.option_usage()
+        >>> sorted(use), use["recompute"].shape == (len(fr),)
+        (['recompute', 'shard_state'], True)
         """
         rec, sh = np.zeros(len(self), dtype=np.int64), np.zeros(len(self), dtype=np.int64)
         mcg = self.model_cost_graph

@@ -30,7 +30,9 @@ operator's ``saved``.
   layout ``A`` (no rescheduling) share one storage, so ``P``'s node pays that copy once (for
   the configurations whose ``A`` has no partial sums) and each keeper edge has the same 2
   options as above with memory 0 when ``B_in == A``.
-* otherwise (one keeper) the keeper pays its own copy on its node.
+* otherwise (one keeper) the keeper pays its own copy on its node; with recomputation in the
+  space (:mod:`tensoropt_py.cost.training`) it pays it on the edge instead (mode ``"keep"``),
+  whose producer layout classes are split by the producer's recompute flag.
 
 The third rule is exact when at least one keeper reads ``A`` or re-derives from it; when
 every keeper holds a rescheduled copy of its own, the shared copy is charged without being
@@ -117,7 +119,7 @@ class EdgeInfo:
     src_layouts: tuple[Layout, ...]  # producer output layout classes
     dst_layouts: tuple[Layout, ...]  # consumer input layout classes (forward)
     dst_grad_layouts: tuple[Layout, ...]  # consumer input-gradient layout per class
-    reuse: str  # "none" | "pair" | "multi" | "shared"
+    reuse: str  # "none" | "pair" | "multi" | "shared" | "keep" (recomputation in the space: cost/training.py)
     backward: bool
 
 
@@ -488,8 +490,11 @@ def _build_fast(graph, n, valid, mesh_tf, max_configs, coster, rescheduler, trai
         pl.finish(mats[pos:pos + k], mesh_tf)
         pos += k
     if training is not None and training.recompute:  # producer layout classes split by the recompute flag
-        for pl, (u, _, _) in {id(edge_cache[k]): (edge_cache[k], kk) for kk in keys for k in (kk[2],)}.values():
-            pl.split_recompute([c.recompute for c in kept_configs[u]])
+        split = set()
+        for u, _, ekey in keys:
+            if ekey not in split:  # a shared table once (its producers share a node signature)
+                split.add(ekey)
+                edge_cache[ekey].split_recompute([c.recompute for c in kept_configs[u]])
     edges_out, infos, tables, eidx = [], [], [], []
     for ((p, c, t, ui, first), mode), (u, v, ekey) in zip(zip(edge_list, edge_reuse), keys):
         pl = edge_cache[ekey]
@@ -602,8 +607,8 @@ class _EdgePlan:
     def split_recompute(self, flags):
         """Split the producer layout classes by the producer's recompute flag (cost/training.py)."""
         flags = np.asarray(flags, dtype=bool)
-        if not flags.any() or self.src_ids.max(initial=-1) >= len(self.src_cls):
-            return  # nothing recomputed, or already split
+        if not flags.any():
+            return
         A = len(self.src_cls)
         rec = recompute_edge_table(self.table, self.fwd, self.mode)
         table = np.concatenate([self.table, rec], axis=0)

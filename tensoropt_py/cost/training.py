@@ -180,8 +180,8 @@ def precision_graph(graph: Graph, precision: Precision) -> Graph:
     --------
     >>> from tensoropt_py.graph.zoo import mlp
     >>> g = precision_graph(mlp(), "bf16-mixed")
-    >>> sorted({t.dtype for t in g.tensors.values() if t.role.value == "activation"})
-    ['bfloat16', 'float32', 'int64']
+    >>> sorted({t.dtype for t in g.tensors.values() if t.role.value == "activation"})   # fp32: loss, log-probs
+    ['bfloat16', 'float32']
     """
     dt = PRECISIONS[precision]
     if dt == "float32":
@@ -313,6 +313,15 @@ def expand_configs(op, tensors, configs, arr, signatures, layouts, coster, optio
         The plain configurations first (same indices), then the variants. A signature gains
         the recompute flag: a recomputed configuration changes its output edges' costs, so it
         is never pruned against a stored one.
+
+    Examples
+    --------
+    >>> from tensoropt_py.graph.zoo import mlp
+    >>> from tensoropt_py.cost.builder import build_cost_graph
+    >>> from tensoropt_py.cluster import Cluster
+    >>> mcg = build_cost_graph(mlp(), Cluster.preset("cpu-1x4"), 4, training=TrainingOptions(recompute=True))
+    >>> any(c.recompute for c in mcg.configs[mcg.op_names.index("relu0")])
+    True
     """
     K = len(configs)
     if K == 0 or op.kind is OpKind.INPUT or not options.expands:
@@ -359,6 +368,13 @@ def recompute_edge_table(table: np.ndarray, fwd: np.ndarray, mode: str):
     other than ``"none"``) re-derives it in backward from the recomputed output with the
     forward rescheduling (``fwd``, ``(A, B)`` seconds) again; the other reuse options are
     absent (+inf).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> table = np.array([[[[8.0, 1.0], [4.0, 2.0]]]])        # A=B=1, R=2: (memory, time)
+    >>> recompute_edge_table(table, np.array([[0.5]]), "multi")[0, 0].tolist()
+    [[0.0, 1.5], [inf, inf]]
     """
     out = np.full(table.shape, np.inf)
     base = table[:, :, 0, 1]

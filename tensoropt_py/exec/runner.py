@@ -40,6 +40,13 @@ re-derivation runs once per iteration (phase ``"rederive"``), whatever number of
 share the dropped storage. Tensors are dropped from the forward's working set after their last
 reader, so on CUDA too only what autograd saved outlives its readers.
 
+Training options (:mod:`.training_exec`, chosen per operator by the plan): a recomputed
+operator's saved outputs and internals, and its consumers' saved copies of its outputs, are
+released after forward and re-run in backward; an operator with sharded optimizer state
+reduce-scatters its gradients, steps its chunk and all-gathers the parameters; a
+``bf16-mixed`` plan runs under autocast with bf16 activations and working weights and fp32
+masters.
+
 A failure on one rank after the start (an exception in an operator or a collective) prints
 ``tensoropt-py run: rank R: ...`` and calls ``MPI_Abort``: the whole job ends non-zero.
 """

@@ -72,6 +72,15 @@ class ShardedGroup:
         Leaf views of the flat buffer replacing ``tensors`` (requires_grad).
     shard : Tensor
         This rank's chunk of the buffer (a leaf view), the optimizer's parameter.
+
+    Examples
+    --------
+    >>> import torch
+    >>> sg = ShardedGroup([torch.ones(3), torch.zeros(2, 2)], ((0, 1),), rank=1)
+    >>> sg.chunk, sg.shard.tolist()            # 7 elements over 2 replicas: chunks of 4
+    (4, [0.0, 0.0, 0.0, 0.0])
+    >>> sg.params[0].data_ptr() == sg.flat.data_ptr()
+    True
     """
 
     def __init__(self, tensors, groups, rank: int, master_dtype=None):
@@ -115,7 +124,19 @@ class ShardedGroup:
 def input_sources(op, ins, packed):
     """Per input tensor of ``op``, where a re-run reads it: ``("holder", (h, geometry))`` when ``op``
     saved that tensor or a view of it (the holder may be released and re-derived later; the input
-    is the holder's storage seen with the input's size, stride and offset), else ``("ref", t)``."""
+    is the holder's storage seen with the input's size, stride and offset), else ``("ref", t)``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from types import SimpleNamespace
+    >>> op = SimpleNamespace(inputs=[SimpleNamespace(tensor="x")])
+    >>> x = torch.ones(2, 3)
+    >>> input_sources(op, {"x": x}, [])["x"][0]
+    'ref'
+    >>> input_sources(op, {"x": x}, [SimpleNamespace(tensor=x.view(6))])["x"][0]
+    'holder'
+    """
     out = {}
     for use in op.inputs:
         t = ins[use.tensor]
@@ -151,6 +172,16 @@ class Rerun:
     name : str
     store : callable, optional
         ``store(name, tensor)``: the output as the run keeps it (bf16-mixed casts).
+
+    Examples
+    --------
+    >>> import contextlib, torch
+    >>> from types import SimpleNamespace
+    >>> lin = SimpleNamespace(run=lambda ins, prm: {"y": torch.tanh(ins["x"])})   # saves its output
+    >>> r = Rerun(lin, {"x": ("ref", torch.zeros(2))}, {"x": True}, {}, 1, contextlib.nullcontext, "tanh")
+    >>> r.expect("saved", 0); r.expect("output", "y")
+    >>> r.saved(0).tolist(), r.output("y").tolist()
+    ([0.0, 0.0], [0.0, 0.0])
     """
 
     __slots__ = ("local_op", "sources", "requires_grad", "params", "count", "context", "name", "result", "left",
