@@ -57,7 +57,7 @@ def main():
             print(row(name, fr, time.perf_counter() - t0), flush=True)
         plain, ext = frs["plain"], frs["recompute+shard"]
         print(f"  plain points not dominated by the extended frontier: {dominated(plain, ext)} of {len(plain)}")
-        print(f"  least memory extended / plain: {ext.memory.min() / plain.memory.min():.3f}; "
+        print(f"  least memory extended / plain: {ext.memory.min() / plain.memory.min():.4f}; "
               f"fastest extended / plain: {ext.time.min() / plain.time.min():.3f}")
         if "recompute+shard bf16" in frs:
             b = frs["recompute+shard bf16"]
