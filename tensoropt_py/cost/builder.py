@@ -438,10 +438,14 @@ def _build_fast(graph, n, valid, mesh_tf, max_configs, coster, rescheduler, trai
     edge_list, edge_reuse, exclude, hold = _edges_and_reuse(graph, ops, keep=bool(training and training.recompute))
 
     # 3. node costs and dominance pruning (one per node signature)
+    kept_tensors = ({t for (_, _, t, _, _), mode in zip(edge_list, edge_reuse) if mode != "none"}
+                    | {t for op in ops for t in op.saved})  # kept by someone (recomputation can drop them)
     node_cache: dict = {}
     node_sig_ids, kept_configs, node_costs, kept_layouts = [], [], [], []
     for i, op in enumerate(ops):
         nsig = _node_signature(op, csigs[i], slots[i], tensors, exclude[op.name], hold[op.name], readers)
+        if training is not None and training.recompute:  # whether recomputing it can drop anything
+            nsig += (tuple(u.tensor in kept_tensors for u in op.outputs),)
         hit = node_cache.get(nsig)
         if hit is None:
             cfgs = configs[i]
@@ -453,7 +457,7 @@ def _build_fast(graph, n, valid, mesh_tf, max_configs, coster, rescheduler, trai
             if training is not None and training.expands:  # option variants (cost/training.py)
                 cfgs, arr, sigs, (outs, ins, grads) = expand_configs(
                     op, tensors, cfgs, arr, sigs, (outs, ins, grads), coster, training,
-                    exclude=exclude[op.name], hold=hold[op.name], readers=readers)
+                    exclude=exclude[op.name], hold=hold[op.name], readers=readers, kept=kept_tensors)
             keep = _prune(arr, sigs, max_configs)
             kl = ([tuple(L[k] for k in keep) for L in outs], [tuple(L[k] for k in keep) for L in ins],
                   [tuple(L[k] for k in keep) for L in grads])

@@ -287,7 +287,7 @@ def _shard_delta(op, tensors, configs, coster, readers, splits, base_mem, base_c
 
 
 def expand_configs(op, tensors, configs, arr, signatures, layouts, coster, options: TrainingOptions, *,
-                   exclude=(), hold=(), readers=None):
+                   exclude=(), hold=(), readers=None, kept=None):
     """Add the option variants of ``op``'s configurations (module docstring).
 
     Parameters
@@ -306,6 +306,10 @@ def expand_configs(op, tensors, configs, arr, signatures, layouts, coster, optio
     options : TrainingOptions
     exclude, hold, readers
         As given to :meth:`OperatorCoster.costs <tensoropt_py.cost.operator_cost.OperatorCoster.costs>`.
+    kept : set of str, optional
+        The tensors someone keeps for backward. An operator that saves nothing beyond its
+        inputs and whose outputs nobody keeps gains nothing from recomputation: it gets no
+        recomputed variant (it would only be dominated). None: offer it to every operator.
 
     Returns
     -------
@@ -338,8 +342,10 @@ def expand_configs(op, tensors, configs, arr, signatures, layouts, coster, optio
         ks = np.flatnonzero(changed)
         costs.append(np.stack([mem, ct + cm, ct, cm], axis=1)[ks])
         rows += [(int(k), False, True) for k in ks]
-    if options.recompute and any(tensors[u.tensor].dtype in ("float32", "bfloat16", "float16", "float64")
-                                 for u in op.outputs):
+    inputs = {u.tensor for u in op.inputs} | {u.tensor for u in op.params}
+    useful = kept is None or any(t not in inputs for t in op.saved) or any(u.tensor in kept for u in op.outputs)
+    if options.recompute and useful and any(tensors[u.tensor].dtype in ("float32", "bfloat16", "float16", "float64")
+                                            for u in op.outputs):
         rmem, rct = _recompute_delta(op, tensors, configs, coster, exclude, hold, readers, splits)
         costs.append(np.stack([rmem, rct + arr[:, 3], rct, arr[:, 3]], axis=1))
         rows += [(k, True, False) for k in range(K)]
