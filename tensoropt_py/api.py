@@ -23,6 +23,7 @@ import numpy as np
 
 from .errors import InfeasibleError, InvalidInputError
 from .inputs import check_devices, device_counts, load_cluster, load_model, parse_memory_cap
+from .cost.training import Precision, check_training_options
 from .model_frontier import Frontier, Method, compute_frontier, turning_point
 from .units import MEMORY_UNITS, TIME_UNITS, describe_bytes, display_unit
 
@@ -82,6 +83,9 @@ def frontier(
     cache: bool = True,
     cache_dir=None,
     progress: bool | None = None,
+    recompute: bool = False,
+    shard_optimizer: bool = False,
+    precision: Precision = "32-true",
 ) -> Frontier:
     """The cost frontier of ``model`` on ``devices`` devices of ``cluster``.
 
@@ -121,6 +125,17 @@ def frontier(
         is only used by the same version of this package's code.
     progress : bool, optional
         Report stages and elapsed time on stderr; None: only on a terminal.
+    recompute : bool
+        Also offer every operator recomputation in backward (its outputs and internal saved
+        tensors are not kept): less memory, more time, chosen per operator on the frontier.
+    shard_optimizer : bool
+        Also offer every parameter operator ZeRO-1: optimizer state sharded over the
+        parameter's gradient-reducing replicas (reduce-scatter + all-gather). Needs an
+        optimizer with state ("momentum", "adam").
+    precision : {"32-true", "bf16-mixed"}
+        ``"bf16-mixed"``: bf16 compute and activations at the device's bf16 throughput
+        (the preset must have one), fp32 master weights and optimizer state.
+        See :mod:`tensoropt_py.cost.training`.
 
     Returns
     -------
@@ -134,15 +149,21 @@ def frontier(
     True
     >>> to.frontier("mlp", "cpu-1x4", devices=4) is fr   # cached
     True
+    >>> ext = to.frontier("mlp", "cpu-1x4", devices=4, recompute=True, shard_optimizer=True)
+    >>> bool(ext.memory.min() <= fr.memory.min() and ext.time.min() <= fr.time.min())
+    True
     """
     from .progress import Progress
 
     graph = load_model(model, example_inputs)
     cl = load_cluster(cluster)
     devices = cl.num_devices if devices is None else check_devices(devices, cl)
+    training = check_training_options(recompute, shard_optimizer, precision, optimizer=optimizer, cluster=cl)
     options = dict(method=method, exact=bool(exact), epsilon=float(epsilon), optimizer=optimizer,
                    mesh_tensorflow=bool(mesh_tensorflow), max_configs=max_configs)
-    key = _cache_key(graph, cl, devices, options)
+    key = _cache_key(graph, cl, devices, {**options, "recompute": training.recompute,
+                                          "shard_optimizer": training.shard_optimizer,
+                                          "precision": training.precision})
     if cache and key in _CACHE:
         _CACHE.move_to_end(key)
         return _CACHE[key]
@@ -154,11 +175,11 @@ def frontier(
 
             loaded = Frontier.from_json(path)
             mcg = build_cost_graph(graph, cl, devices, optimizer=optimizer, mesh_tensorflow=mesh_tensorflow,
-                                   max_configs=max_configs)
+                                   max_configs=max_configs, training=training)
             fr = Frontier(**{**{f: getattr(loaded, f) for f in Frontier.__dataclass_fields__},
                              "model_cost_graph": mcg})
         else:
-            fr = compute_frontier(graph, cl, devices, threads=threads, progress=reporter, **options)
+            fr = compute_frontier(graph, cl, devices, threads=threads, progress=reporter, training=training, **options)
             if path is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 fr.to_json(path)
@@ -241,6 +262,9 @@ def find_strategy(
     cache: bool = True,
     cache_dir=None,
     progress: bool | None = None,
+    recompute: bool = False,
+    shard_optimizer: bool = False,
+    precision: Precision = "32-true",
 ):
     """Pick a strategy from the cost frontier (TensorOpt §4.1, Listing 1).
 
@@ -258,6 +282,7 @@ def find_strategy(
     memory_cap : float or str, optional
         Bytes per device or a string like ``"14.5GB"``; default device memory / 1.1.
     example_inputs, method, exact, epsilon, threads, optimizer, max_configs, cache, cache_dir, progress
+    recompute, shard_optimizer, precision
         As in :func:`frontier` (every device count's frontier is cached, so asking again
         with another cap or option costs no tracking).
     refine : {"mcmc"}, optional
@@ -298,8 +323,15 @@ def find_strategy(
     graph = load_model(model, example_inputs)
     cl = load_cluster(cluster)
     cap = parse_memory_cap(memory_cap, cl)
+    training = check_training_options(recompute, shard_optimizer, precision, optimizer=optimizer, cluster=cl)
+    if refine is not None and (training.expands or training.mixed_precision):
+        raise InvalidInputError(f"refine={refine!r} simulates the plain space only (the FlexFlow simulator does not cost "
+                                f"recomputation, sharded optimizer state or {training.precision!r}); use refine=None "
+                                f"with recompute={recompute!r}, shard_optimizer={shard_optimizer!r}, "
+                                f"precision={precision!r}")
     kw = dict(method=method, exact=exact, epsilon=epsilon, threads=threads, optimizer=optimizer,
-              max_configs=max_configs, cache=cache, cache_dir=cache_dir, progress=progress)
+              max_configs=max_configs, cache=cache, cache_dir=cache_dir, progress=progress, recompute=recompute,
+              shard_optimizer=shard_optimizer, precision=precision)
 
     if refine is not None and budget is not None:
         from .soap.refine import parse_budget

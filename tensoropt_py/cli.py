@@ -12,6 +12,7 @@ import argparse
 import sys
 
 from .cost.optimizer import OPTIMIZERS
+from .cost.training import PRECISIONS
 from .errors import InfeasibleError, TensorOptError
 from .inputs import load_cluster, parse_memory_cap
 
@@ -32,6 +33,12 @@ def _add_common(p, *, devices_many=False):
     p.add_argument("--exact", action="store_true", help="no heuristic elimination: the exact frontier")
     p.add_argument("--epsilon", type=float, default=0.0, help="epsilon-Pareto thinning (0 = off)")
     p.add_argument("--optimizer", choices=tuple(OPTIMIZERS), default="adam")
+    p.add_argument("--recompute", action="store_true",
+                   help="also offer every operator recomputation in backward (less memory, more time)")
+    p.add_argument("--shard-optimizer", action="store_true",
+                   help="also offer every parameter operator sharded optimizer state (ZeRO-1 over its replicas)")
+    p.add_argument("--precision", choices=tuple(PRECISIONS), default="32-true",
+                   help="training precision (default 32-true; bf16-mixed needs the device's bf16 rate)")
     p.add_argument("--threads", type=int, default=None, help="engine worker threads (default: all cores)")
     p.add_argument("--cache-dir", default=None,
                    help="keep frontiers in this folder and reuse them (same model, cluster, devices, options)")
@@ -104,7 +111,8 @@ def _default_devices(args, cluster):
 
 def _frontier_options(args):
     return dict(method=args.method, exact=args.exact, epsilon=args.epsilon, optimizer=args.optimizer,
-                threads=args.threads, cache_dir=args.cache_dir, progress=not args.quiet)
+                threads=args.threads, cache_dir=args.cache_dir, progress=not args.quiet, recompute=args.recompute,
+                shard_optimizer=args.shard_optimizer, precision=args.precision)
 
 
 def _cmd_frontier(args):

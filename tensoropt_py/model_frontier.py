@@ -82,6 +82,10 @@ class Frontier:
     memory_bound_factor : float
         With epsilon thinning, every point of the exact frontier (of the strategies the run
         considered) has a point here with no more time and at most this factor times its memory.
+    recompute, shard_optimizer : bool
+        Whether the space held recomputed / sharded-state configurations.
+    precision : {"32-true", "bf16-mixed"}
+        The training precision the costs assume (:mod:`tensoropt_py.cost.training`).
     """
 
     memory: np.ndarray
@@ -101,6 +105,9 @@ class Frontier:
     model_fingerprint: str = ""
     optimizer: str = "adam"
     memory_bound_factor: float = 1.0
+    recompute: bool = False
+    shard_optimizer: bool = False
+    precision: str = "32-true"
 
     @property
     def cost_graph(self):
@@ -125,7 +132,32 @@ class Frontier:
             )
         return plan_from_choices(self.model_cost_graph, self.choices[i], self.edge_choices[i],
                                  model=self.model, cluster=self.cluster, optimizer=self.optimizer,
-                                 fingerprint=self.model_fingerprint)
+                                 fingerprint=self.model_fingerprint, precision=self.precision)
+
+    def option_usage(self) -> dict:
+        """Per point, how many operators are recomputed and how many shard their state.
+
+        Returns ``{"recompute": (P,) int, "shard_state": (P,) int}`` (zeros for a plain space).
+
+        Examples
+        --------
+        >>> from tensoropt_py.inputs import load_cluster, load_model
+        >>> from tensoropt_py.cost.training import TrainingOptions
+        >>> fr = compute_frontier(load_model("mlp"), load_cluster("cpu-1x4"), 4,
+        ...                       training=TrainingOptions(recompute=True))
+        >>> use = fr.option_usage()
+        >>> sorted(use), use["recompute"].shape == (len(fr),)
+        (['recompute', 'shard_state'], True)
+        """
+        rec, sh = np.zeros(len(self), dtype=np.int64), np.zeros(len(self), dtype=np.int64)
+        mcg = self.model_cost_graph
+        if mcg is not None and (self.recompute or self.shard_optimizer):
+            for i, cfgs in enumerate(mcg.configs):
+                r = np.array([c.recompute for c in cfgs], dtype=np.int64)
+                z = np.array([c.shard_state for c in cfgs], dtype=np.int64)
+                rec += r[self.choices[:, i]]
+                sh += z[self.choices[:, i]]
+        return {"recompute": rec, "shard_state": sh}
 
     @property
     def plans(self) -> tuple[Plan, ...]:
@@ -197,6 +229,8 @@ class Frontier:
         kwargs.setdefault("turning_point", self.turning_point)
         kwargs.setdefault("note", self.accuracy)
         kwargs.setdefault("title", f"{self.model} on {self.cluster} ({self.devices} devices)")
+        if self.recompute or self.shard_optimizer:  # mark the points using each training lever
+            kwargs.setdefault("options", {k: v for k, v in self.option_usage().items() if v.any()})
         return plot_frontier(self, path=path, **kwargs)
 
     # --- serialisation -------------------------------------------------------------------------
@@ -207,6 +241,7 @@ class Frontier:
             "exact": self.exact, "epsilon": self.epsilon, "heuristic_eliminations": self.heuristic_eliminations,
             "optimizer": self.optimizer, "model_fingerprint": self.model_fingerprint,
             "memory_bound_factor": self.memory_bound_factor,
+            "recompute": self.recompute, "shard_optimizer": self.shard_optimizer, "precision": self.precision,
             "memory": self.memory.tolist(), "time": self.time.tolist(),
             "compute_time": self.compute_time.tolist(), "communication_time": self.communication_time.tolist(),
             "choices": self.choices.tolist(), "edge_choices": self.edge_choices.tolist(),
@@ -235,13 +270,15 @@ class Frontier:
             epsilon=float(data["epsilon"]), heuristic_eliminations=int(data["heuristic_eliminations"]),
             seconds=data.get("seconds", {}), optimizer=data.get("optimizer", "adam"),
             model_fingerprint=data.get("model_fingerprint", ""),
-            memory_bound_factor=float(data.get("memory_bound_factor", 1.0)),
+            memory_bound_factor=float(data.get("memory_bound_factor", 1.0)), recompute=bool(data.get("recompute", False)),
+            shard_optimizer=bool(data.get("shard_optimizer", False)), precision=data.get("precision", "32-true"),
         )
 
 
 def compute_frontier(graph, cluster, devices: int, *, method: Method = "ldp", exact: bool = False,
                      epsilon: float = 0.0, threads: int | None = None, optimizer: str = "adam",
-                     mesh_tensorflow: bool = False, max_configs: int | None = None, progress=None) -> Frontier:
+                     mesh_tensorflow: bool = False, max_configs: int | None = None, progress=None,
+                     training=None) -> Frontier:
     """The cost frontier of a parsed model on ``devices`` devices of a parsed cluster.
 
     Parameters
@@ -262,6 +299,9 @@ def compute_frontier(graph, cluster, devices: int, *, method: Method = "ldp", ex
     progress : callable, optional
         Called as ``progress(stage, fraction, elapsed_seconds)`` when a stage starts and ends
         (stages ``"build"`` and ``"track"``).
+    training : TrainingOptions, optional
+        Recomputation, sharded optimizer state and precision
+        (:func:`tensoropt_py.cost.training.check_training_options`); default the plain space.
 
     Returns
     -------
@@ -275,13 +315,15 @@ def compute_frontier(graph, cluster, devices: int, *, method: Method = "ldp", ex
     (4, True)
     """
     from .cost.builder import build_cost_graph
+    from .cost.training import TrainingOptions
     from .engine import track
 
+    training = training or TrainingOptions()
     note = progress or (lambda stage, fraction, elapsed: None)
     t0 = _time.perf_counter()
     note("build", 0.0, 0.0)
     mcg = build_cost_graph(graph, cluster, devices, optimizer=optimizer, mesh_tensorflow=mesh_tensorflow,
-                           max_configs=max_configs)
+                           max_configs=max_configs, training=training)
     t1 = _time.perf_counter()
     note("build", 1.0, t1 - t0)
     note("track", 0.0, 0.0)
@@ -305,4 +347,5 @@ def compute_frontier(graph, cluster, devices: int, *, method: Method = "ldp", ex
         heuristic_eliminations=heuristic, seconds={"build": t1 - t0, "track": t2 - t1},
         model_cost_graph=mcg, model_fingerprint=graph.fingerprint(), optimizer=optimizer,
         memory_bound_factor=float(tracked.memory_bound_factor),
+        recompute=training.recompute, shard_optimizer=training.shard_optimizer, precision=training.precision,
     )

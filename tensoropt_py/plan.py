@@ -89,7 +89,13 @@ class Collective:
 
 @dataclass(frozen=True, slots=True)
 class OperatorPlan:
-    """The configuration of one operator and its predicted cost."""
+    """The configuration of one operator and its predicted cost.
+
+    ``recompute``: the operator's outputs and internal saved tensors are recomputed in
+    backward instead of kept; ``shard_state``: its parameters' optimizer state is sharded over
+    their gradient-reducing replicas (reduce-scatter + all-gather instead of all-reduce); see
+    :mod:`tensoropt_py.cost.training`. Both default to False, so older plan JSON loads.
+    """
 
     name: str
     kind: str
@@ -101,6 +107,8 @@ class OperatorPlan:
     compute_time: float
     communication_time: float
     config: str = ""
+    recompute: bool = False
+    shard_state: bool = False
 
     def __str__(self):
         return self.config or f"mesh{list(self.mesh)} " + " ".join(f"{d}->{a}" for d, a in self.assignment)
@@ -166,6 +174,8 @@ class Plan:
         The option chosen on every CostGraph edge (tensor reuse).
     simulated_time : float or None
         The task-graph simulator's time, when the plan was refined by simulation.
+    precision : {"32-true", "bf16-mixed"}
+        The training precision the costs assume and the executor runs in.
 
     Examples
     --------
@@ -191,6 +201,7 @@ class Plan:
     simulated_time: float | None = None
     method: str = "tensoropt"
     notes: tuple[str, ...] = field(default=())
+    precision: str = "32-true"
 
     # --- serialisation -------------------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -211,7 +222,7 @@ class Plan:
         if fmt != PLAN_FORMAT:
             raise InvalidInputError(f"not a tensoropt_py plan: format {fmt!r}, expected {PLAN_FORMAT!r}")
         missing = [f.name for f in fields(cls) if f.name not in d and f.name not in
-                   ("model_fingerprint", "optimizer", "simulated_time", "method", "notes")]
+                   ("model_fingerprint", "optimizer", "simulated_time", "method", "notes", "precision")]
         if missing:
             raise InvalidInputError(f"plan JSON lacks the fields {missing}")
         kwargs = {f.name: _tuples(d[f.name]) for f in fields(cls) if f.name in d}
@@ -235,17 +246,30 @@ class Plan:
         return (
             f"Plan({self.model} on {self.cluster}, {self.devices} devices: memory {format_bytes(self.memory)} per "
             f"device, time {format_time(self.time)} per iteration (compute {format_time(self.compute_time)}, "
-            f"communication {format_time(self.communication_time)}){sim})"
+            f"communication {format_time(self.communication_time)}){sim}{self.training_summary()})"
         )
+
+    def training_summary(self) -> str:
+        """``", precision bf16-mixed, 12 of 40 operators recomputed, 8 with sharded state"`` ("" when plain)."""
+        rec = sum(o.recompute for o in self.operators)
+        sh = sum(o.shard_state for o in self.operators)
+        parts = [f"precision {self.precision}"] if self.precision != "32-true" else []
+        if rec:
+            parts.append(f"{rec} of {len(self.operators)} operators recomputed")
+        if sh:
+            parts.append(f"{sh} with sharded optimizer state")
+        return "".join(", " + p for p in parts)
 
     def table(self, limit: int | None = None) -> str:
         """A readable per-operator table (mesh, tensor maps, costs) and the non-trivial edges."""
         mem_top = max((o.memory for o in self.operators), default=0.0)
         m_unit, m_div = ("GB", 1e9) if mem_top >= 1e9 else ("MB", 1e6) if mem_top >= 1e6 else ("kB", 1e3)
-        rows = [("operator", "kind", "config", f"memory {m_unit}", "time ms", "comm ms")]
+        rows = [("operator", "kind", "config", "options", f"memory {m_unit}", "time ms", "comm ms")]
         ops = self.operators if limit is None else self.operators[:limit]
         for o in ops:
-            rows.append((o.name, o.kind, str(o), f"{o.memory / m_div:.1f}", f"{o.time * 1e3:.3f}",
+            opts = ",".join(n for n, on in (("recompute", o.recompute), ("shard-state", o.shard_state)) if on) or "-"
+            cfg = str(o).replace(" recompute", "").replace(" shard-state", "")
+            rows.append((o.name, o.kind, cfg, opts, f"{o.memory / m_div:.1f}", f"{o.time * 1e3:.3f}",
                          f"{o.communication_time * 1e3:.3f}"))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
@@ -277,7 +301,7 @@ def _collectives(path) -> tuple[Collective, ...]:
 
 
 def plan_from_choices(mcg, choices, edge_choices, *, model: str, cluster: str, optimizer: str = "adam",
-                      fingerprint: str = "", method: str = "tensoropt") -> Plan:
+                      fingerprint: str = "", method: str = "tensoropt", precision: str = "32-true") -> Plan:
     """Decode one CostGraph strategy of ``mcg`` into a :class:`Plan`.
 
     Parameters
@@ -294,6 +318,8 @@ def plan_from_choices(mcg, choices, edge_choices, *, model: str, cluster: str, o
         The model graph's :meth:`~tensoropt_py.graph.ir.Graph.fingerprint` (computed when empty).
     method : str
         Who chose the strategy (``"tensoropt"``, a baseline's name...).
+    precision : {"32-true", "bf16-mixed"}
+        The precision the costs assumed.
     """
     record = mcg.decode(choices, edge_choices)
     graph = mcg.graph
@@ -305,7 +331,8 @@ def plan_from_choices(mcg, choices, edge_choices, *, model: str, cluster: str, o
         maps = tuple((use.tensor, tuple(int(a) for a in m)) for use, m in zip(op.uses(), cfg.tensor_maps))
         ops.append(OperatorPlan(name=rec.name, kind=op.kind.value, mesh=tuple(int(s) for s in cfg.mesh.shape),
                                 assignment=assignment, tensor_maps=maps, memory=rec.memory, time=rec.time,
-                                compute_time=rec.compute_time, communication_time=rec.comm_time, config=str(cfg)))
+                                compute_time=rec.compute_time, communication_time=rec.comm_time, config=str(cfg),
+                                recompute=bool(cfg.recompute), shard_state=bool(cfg.shard_state)))
     edges = []
     for rec in record.edges:
         edges.append(EdgePlan(producer=rec.producer, consumer=rec.consumer, tensor=rec.tensor,
@@ -317,7 +344,8 @@ def plan_from_choices(mcg, choices, edge_choices, *, model: str, cluster: str, o
                 communication_time=record.comm_time,
                 choices=tuple(int(c) for c in np.asarray(choices).ravel()),
                 edge_choices=tuple(int(c) for c in np.asarray(edge_choices).ravel()),
-                model_fingerprint=fingerprint or graph.fingerprint(), optimizer=optimizer, method=method)
+                model_fingerprint=fingerprint or graph.fingerprint(), optimizer=optimizer, method=method,
+                precision=precision)
 
 
 def config_from_plan(op, op_plan) -> OpConfig:
@@ -346,4 +374,5 @@ def config_from_plan(op, op_plan) -> OpConfig:
     if mesh.shape == (1,):
         fine = []
     maps = tuple(tuple(assignment[index[g[0]]] if g else -1 for g in use.dims) for use in op.uses())
-    return OpConfig(mesh, tuple(assignment), maps, tuple(fine))
+    return OpConfig(mesh, tuple(assignment), maps, tuple(fine), recompute=bool(getattr(op_plan, "recompute", False)),
+                    shard_state=bool(getattr(op_plan, "shard_state", False)))

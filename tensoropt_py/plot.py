@@ -119,6 +119,7 @@ def plot_frontier(
     ax=None,
     path=None,
     title: str | None = None,
+    options: Mapping[str, Sequence[float]] | None = None,
 ):
     """Fig. 6 style: one frontier (its two ends, turning point and picked plan marked), baselines as points.
 
@@ -145,6 +146,9 @@ def plot_frontier(
     path : str or Path, optional
         Where to save the figure.
     title : str, optional
+    options : mapping lever -> (P,) counts, optional
+        Per point, how many operators use each training lever (``Frontier.option_usage()``:
+        ``"recompute"``, ``"shard_state"``); points using one get that lever's marker.
 
     Returns
     -------
@@ -155,7 +159,8 @@ def plot_frontier(
     >>> import numpy as np
     >>> from types import SimpleNamespace
     >>> fr = SimpleNamespace(memory=np.array([1e9, 2e9, 4e9]), time=np.array([3.0, 1.5, 1.0]))
-    >>> fig = plot_frontier(fr, memory_cap=3e9, turning_point=1, picked=1, note="exact")
+    >>> fig = plot_frontier(fr, memory_cap=3e9, turning_point=1, picked=1, note="exact",
+    ...                     options={"recompute": [3, 1, 0], "shard_state": [2, 2, 0]})
     >>> len(fig.axes)
     1
     """
@@ -186,6 +191,14 @@ def plot_frontier(
                 label=f"least memory {_fmt(mem[0] * mu[1], mu)}, {_fmt(time[0] * tu[1], tu)}")
         ax.plot(mem[-1], time[-1], ">", ms=10, color="C0", mfc="white", mew=1.8, zorder=5,
                 label=f"fastest {_fmt(time[-1] * tu[1], tu)}, {_fmt(mem[-1] * mu[1], mu)}")
+    for (lever, counts), (marker, color, size) in zip((options or {}).items(),
+                                                      (("^", "C1", 7), ("s", "C2", 9), ("v", "C5", 7))):
+        used = np.asarray(counts) > 0
+        if used.shape == mem.shape and used.any():
+            label = {"recompute": "uses recomputation", "shard_state": "uses sharded optimizer state"}.get(lever, lever)
+            idx = np.flatnonzero(used)[::max(1, int(used.sum()) // 60)]  # a readable subset, as for the line
+            ax.plot(mem[idx], time[idx], marker, ls="none", ms=size, mfc="none", mew=1.2, color=color, zorder=4,
+                    label=f"{label} ({int(used.sum())} of {len(mem)} points)")
     if turning_point is not None and -len(mem) <= turning_point < len(mem):
         ax.plot(mem[turning_point], time[turning_point], "*", ms=14, color="C3", label="turning point", zorder=5)
     if picked is not None and -len(mem) <= picked < len(mem):

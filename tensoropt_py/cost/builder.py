@@ -30,7 +30,9 @@ operator's ``saved``.
   layout ``A`` (no rescheduling) share one storage, so ``P``'s node pays that copy once (for
   the configurations whose ``A`` has no partial sums) and each keeper edge has the same 2
   options as above with memory 0 when ``B_in == A``.
-* otherwise (one keeper) the keeper pays its own copy on its node.
+* otherwise (one keeper) the keeper pays its own copy on its node; with recomputation in the
+  space (:mod:`tensoropt_py.cost.training`) it pays it on the edge instead (mode ``"keep"``),
+  whose producer layout classes are split by the producer's recompute flag.
 
 The third rule is exact when at least one keeper reads ``A`` or re-derives from it; when
 every keeper holds a rescheduled copy of its own, the shared copy is charged without being
@@ -88,6 +90,7 @@ from ..space.layout import Layout
 from .operator_cost import OperatorCoster, op_work_kind
 from .optimizer import check_optimizer
 from .reschedule import ReferenceRescheduler, ReschedulePath, Rescheduler
+from .training import TrainingOptions, expand_configs, precision_graph, recompute_edge_table
 
 __all__ = ["build_cost_graph", "ModelCostGraph", "EdgeInfo", "OpRecord", "EdgeRecord", "StrategyRecord",
            "FORBIDDEN_TIME", "REUSE_OPTIONS"]
@@ -116,7 +119,7 @@ class EdgeInfo:
     src_layouts: tuple[Layout, ...]  # producer output layout classes
     dst_layouts: tuple[Layout, ...]  # consumer input layout classes (forward)
     dst_grad_layouts: tuple[Layout, ...]  # consumer input-gradient layout per class
-    reuse: str  # "none" | "pair" | "multi" | "shared"
+    reuse: str  # "none" | "pair" | "multi" | "shared" | "keep" (recomputation in the space: cost/training.py)
     backward: bool
 
 
@@ -225,6 +228,7 @@ class ModelCostGraph:
             u, v = self.edge_index[j]
             a, b, r = sc[choices[u]], dc[choices[v]], int(edge_choices[j])
             m, t = table[a, b, r]
+            a = a % len(info.src_layouts)  # classes split by a recompute flag (cost/training.py)
             spec = self.graph.tensors[info.tensor]
             fwd = self.rescheduler.path(spec.shape, spec.dtype, info.src_layouts[a], info.dst_layouts[b])
             bwd = (self.rescheduler.backward(spec.shape, spec.dtype, info.src_layouts[a], info.dst_layouts[b],
@@ -264,6 +268,8 @@ def _fill_option_table(table, mode, fwd, bwd, back, spec, itemsize, src_cls, dB,
     zero = np.zeros_like(base)
     if mode == "none":
         table[:, :, 0, 0], table[:, :, 0, 1] = zero, base
+    elif mode == "keep":  # the consumer alone keeps its copy (recomputation in the space)
+        table[:, :, 0, 0], table[:, :, 0, 1] = bmem + zero, base
     elif mode in ("multi", "shared"):
         no_source = np.zeros(fwd.shape, dtype=bool)  # no copy of the producer's to share or re-derive from
         if mode == "shared":  # the shared copy is the producer's output itself, held when not partial
@@ -303,7 +309,7 @@ def _make_cost_graph(node_costs, edges):
 def build_cost_graph(graph: Graph, cluster, devices: int, *, optimizer: str = "adam", dtype: str | None = None,
                      mesh_tensorflow=False, max_configs: int | None = None, mixed_precision: bool = False,
                      comm=None, compute=None, rescheduler: Rescheduler | None = None,
-                     reference: bool = False) -> ModelCostGraph:
+                     reference: bool = False, training: TrainingOptions | None = None) -> ModelCostGraph:
     """Build the CostGraph of ``graph`` on devices ``0..devices-1`` of ``cluster``.
 
     Parameters
@@ -327,6 +333,10 @@ def build_cost_graph(graph: Graph, cluster, devices: int, *, optimizer: str = "a
         Use the original unoptimised construction (every operator and edge costed on its
         own, :class:`~tensoropt_py.cost.reschedule.ReferenceRescheduler` by default): the
         reference the fast path is tested against. Both give identical results.
+    training : TrainingOptions, optional
+        Recomputation, sharded optimizer state and precision options
+        (:mod:`tensoropt_py.cost.training`); the default keeps the plain space. Not with
+        ``reference=True``.
 
     Notes
     -----
@@ -355,6 +365,12 @@ def build_cost_graph(graph: Graph, cluster, devices: int, *, optimizer: str = "a
         mesh_tf = tuple(int(s) for s in mesh_tensorflow)
         if math.prod(mesh_tf) != n:
             raise InvalidInputError(f"Mesh-TensorFlow mesh {list(mesh_tf)} does not have {n} devices")
+    # --- training options (tensoropt_py.cost.training) ---
+    training = training or TrainingOptions()
+    if training.mixed_precision:
+        graph, mixed_precision = precision_graph(graph, training.precision), True
+    if reference and training != TrainingOptions():
+        raise InvalidInputError("reference=True builds the plain space only; training options need the fast path")
     if comm is None:
         from .comm import CommModel
 
@@ -365,7 +381,7 @@ def build_cost_graph(graph: Graph, cluster, devices: int, *, optimizer: str = "a
                             mixed_precision=mixed_precision, dtype=dtype)
     if reference:
         return _build_reference(graph, n, valid, mesh_tf, max_configs, coster, rescheduler)
-    return _build_fast(graph, n, valid, mesh_tf, max_configs, coster, rescheduler)
+    return _build_fast(graph, n, valid, mesh_tf, max_configs, coster, rescheduler, training)
 
 
 def _use_slots(op):
@@ -403,7 +419,7 @@ def _node_signature(op, csig, slot, tensors, exclude, hold, readers, owed=()):
     return (csig, op_work_kind(op), specs, op.flops, op.backward_flops, saved, excl, held, owed)
 
 
-def _build_fast(graph, n, valid, mesh_tf, max_configs, coster, rescheduler):
+def _build_fast(graph, n, valid, mesh_tf, max_configs, coster, rescheduler, training=None):
     readers = {p: len(users) for p, users in graph.parameter_users().items()}
     tensors = graph.tensors
     ops = graph.operators
@@ -426,14 +442,18 @@ def _build_fast(graph, n, valid, mesh_tf, max_configs, coster, rescheduler):
                                 f"valid counts: {', '.join(map(str, valid))}")
 
     # 2. edges and tensor-reuse roles
-    edge_list, edge_reuse, exclude, hold = _edges_and_reuse(graph, ops)
+    edge_list, edge_reuse, exclude, hold = _edges_and_reuse(graph, ops, keep=bool(training and training.recompute))
 
     # 3. node costs and dominance pruning (one per node signature)
+    kept_tensors = ({t for (_, _, t, _, _), mode in zip(edge_list, edge_reuse) if mode != "none"}
+                    | {t for op in ops for t in op.saved})  # kept by someone (recomputation can drop them)
     node_cache: dict = {}
     node_sig_ids, kept_configs, node_costs, kept_layouts = [], [], [], []
     for i, op in enumerate(ops):
         owed = _graph_outputs(graph, op)
         nsig = _node_signature(op, csigs[i], slots[i], tensors, exclude[op.name], hold[op.name], readers, owed)
+        if training is not None and training.recompute:  # whether recomputing it can drop anything
+            nsig += (tuple(u.tensor in kept_tensors for u in op.outputs),)
         hit = node_cache.get(nsig)
         if hit is None:
             cfgs = configs[i]
@@ -441,8 +461,12 @@ def _build_fast(graph, n, valid, mesh_tf, max_configs, coster, rescheduler):
                               readers=readers, reduce_outputs=owed)
             outs, ins, grads = _layouts_of(op, cfgs)
             arr = np.stack([oc.memory, oc.time, oc.compute_time, oc.comm_time], axis=1)
-            keep = _prune(arr, list(zip(*(outs + ins + grads))) if outs + ins + grads else [()] * len(cfgs),
-                          max_configs)
+            sigs = list(zip(*(outs + ins + grads))) if outs + ins + grads else [()] * len(cfgs)
+            if training is not None and training.expands:  # option variants (cost/training.py)
+                cfgs, arr, sigs, (outs, ins, grads) = expand_configs(
+                    op, tensors, cfgs, arr, sigs, (outs, ins, grads), coster, training,
+                    exclude=exclude[op.name], hold=hold[op.name], readers=readers, kept=kept_tensors)
+            keep = _prune(arr, sigs, max_configs)
             kl = ([tuple(L[k] for k in keep) for L in outs], [tuple(L[k] for k in keep) for L in ins],
                   [tuple(L[k] for k in keep) for L in grads])
             hit = node_cache[nsig] = (len(node_cache), tuple(cfgs[k] for k in keep), arr[keep], kl)
@@ -477,6 +501,12 @@ def _build_fast(graph, n, valid, mesh_tf, max_configs, coster, rescheduler):
         k = len(pl.requests)
         pl.finish(mats[pos:pos + k], mesh_tf)
         pos += k
+    if training is not None and training.recompute:  # producer layout classes split by the recompute flag
+        split = set()
+        for u, _, ekey in keys:
+            if ekey not in split:  # a shared table once (its producers share a node signature)
+                split.add(ekey)
+                edge_cache[ekey].split_recompute([c.recompute for c in kept_configs[u]])
     edges_out, infos, tables, eidx = [], [], [], []
     for ((p, c, t, ui, first), mode), (u, v, ekey) in zip(zip(edge_list, edge_reuse), keys):
         pl = edge_cache[ekey]
@@ -491,9 +521,12 @@ def _build_fast(graph, n, valid, mesh_tf, max_configs, coster, rescheduler):
                           edge_tables=tuple(tables), rescheduler=rescheduler, edge_index=tuple(eidx))
 
 
-def _edges_and_reuse(graph, ops):
+def _edges_and_reuse(graph, ops, keep=False):
     """Graph edges ``(producer, consumer, tensor, use_index, first)``, their reuse modes, the saved
-    tensors each node leaves to its edges (``exclude``) and the outputs it holds for them (``hold``)."""
+    tensors each node leaves to its edges (``exclude``) and the outputs it holds for them (``hold``).
+
+    With ``keep`` (recomputation in the space), a consumer that is the only keeper of its input
+    holds it on the edge (mode ``"keep"``), where the producer's recompute flag can drop it."""
     edge_list = []
     for op in ops:
         seen = set()
@@ -515,6 +548,8 @@ def _edges_and_reuse(graph, ops):
         elif cons_keeps and len(keepers[t]) > 1:
             mode = "shared"
             hold[p].add(t)
+        elif cons_keeps and keep:
+            mode = "keep"
         else:
             mode = "none"
         if mode != "none":
@@ -543,7 +578,7 @@ class _EdgePlan:
     """
 
     __slots__ = ("spec", "mode", "backward", "src_cls", "src_ids", "dst_ids", "dst_b", "dst_gc", "Ars", "gid", "aid",
-                 "requests", "table")
+                 "requests", "table", "fwd")
 
     def __init__(self, spec, src_l, dst_l, dst_g, backward, mode):
         self.spec, self.mode, self.backward = spec, mode, backward
@@ -567,9 +602,9 @@ class _EdgePlan:
         spec, mode = self.spec, self.mode
         itemsize = DTYPE_BYTES[spec.dtype]
         src_cls, dB, Ars = self.src_cls, self.dst_b, self.Ars
-        R = {"none": 1, "multi": 2, "shared": 2, "pair": 3}[mode]
+        R = {"none": 1, "keep": 1, "multi": 2, "shared": 2, "pair": 3}[mode]
         table = np.full((len(src_cls), len(dB), R, 2), np.inf)
-        fwd = mats[0]
+        fwd = self.fwd = mats[0]
         bwd = np.zeros_like(fwd)
         if self.backward:
             T = mats[1]  # (G, A')
@@ -580,6 +615,19 @@ class _EdgePlan:
             a.setflags(write=False)
         self.table = table
         self.Ars = self.gid = self.aid = self.requests = None  # not needed any more
+
+    def split_recompute(self, flags):
+        """Split the producer layout classes by the producer's recompute flag (cost/training.py)."""
+        flags = np.asarray(flags, dtype=bool)
+        if not flags.any():
+            return
+        A = len(self.src_cls)
+        rec = recompute_edge_table(self.table, self.fwd, self.mode)
+        table = np.concatenate([self.table, rec], axis=0)
+        ids = self.src_ids + A * flags
+        for a in (ids, table):
+            a.setflags(write=False)
+        self.src_ids, self.table = ids, table
 
 
 def _build_reference(graph, n, valid, mesh_tf, max_configs, coster, rescheduler):
@@ -617,7 +665,7 @@ def _build_reference(graph, n, valid, mesh_tf, max_configs, coster, rescheduler)
     edges_out, infos, tables, eidx = [], [], [], []
     for (p, c, t, ui, first), mode in zip(edge_list, edge_reuse):
         u, v = index[p], index[c]
-        pop, cop = ops[u], ops[v]
+        pop = ops[u]
         oi = [k for k, use in enumerate(pop.outputs) if use.tensor == t][0]
         src_l = kept_layouts[u][0][oi]
         dst_l, dst_g = kept_layouts[v][1][ui], kept_layouts[v][2][ui]

@@ -260,11 +260,15 @@ class MPIBackend(Backend):
         return MPI.SUM
 
     def _all_reduce(self, x, g, groups):
+        if x.dtype == torch.bfloat16:  # MPI has no bf16 sum: add in fp32, round once (bf16-mixed runs)
+            return self._all_reduce(x.float(), g, groups).to(x.dtype)
         out = torch.empty_like(x)
         self.sub(g).Allreduce(_buf(x), _buf(out), op=self._reduce_op(x))
         return out
 
     def _reduce_scatter(self, chunks, g, groups):
+        if chunks.dtype == torch.bfloat16:
+            return self._reduce_scatter(chunks.float(), g, groups).to(chunks.dtype)
         out = torch.empty(tuple(chunks.shape[1:]), dtype=chunks.dtype)
         self.sub(g).Reduce_scatter_block(_buf(chunks), _buf(out), op=self._reduce_op(chunks))
         return out

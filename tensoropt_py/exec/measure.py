@@ -51,7 +51,10 @@ def expected_collectives(plan, graph=None) -> Counter:
     Edge collectives (``fwd``/``bwd``, and ``rederive`` for copies the plan does not keep;
     slices excluded, they are local) come from the plan's paths; with ``graph``, the gradient all-reduces (``grad``) its configurations imply: one
     per operator and set of mesh axes splitting loop dimensions a parameter does not index
-    (fused, as the cost model counts them), for parameters read by a single operator.
+    (fused, as the cost model counts them), for parameters read by a single operator; an
+    operator with sharded optimizer state runs a reduce-scatter and an all-gather per group
+    instead. With ``graph``, an edge from a recomputed producer to a consumer that saves the
+    tensor re-derives the consumer's copy with the edge's forward collectives (``rederive``).
     """
     c = Counter()
     for e in plan.edges:
@@ -68,6 +71,12 @@ def expected_collectives(plan, graph=None) -> Counter:
         from ..graph.ir import TensorRole
         from ..plan import config_from_plan
 
+        recomputed = {o.name for o in plan.operators if getattr(o, "recompute", False)}
+        for e in plan.edges:
+            if e.producer in recomputed and e.tensor in graph.operator(e.consumer).saved:
+                for s in e.forward:
+                    if s.kind != "slice":
+                        c[("rederive", s.kind)] += 1
         readers = {k: len(v) for k, v in graph.parameter_users().items()}
         for op, op_plan in zip(graph.operators, plan.operators):
             cfg = config_from_plan(op, op_plan)
@@ -80,7 +89,10 @@ def expected_collectives(plan, graph=None) -> Counter:
                 axes = tuple(a for a, p in enumerate(lay.place) if p == PARTIAL)
                 if axes:
                     axes_sets.add(axes)
-            if axes_sets:
+            if axes_sets and cfg.shard_state:
+                c[("grad", "reduce_scatter")] += len(axes_sets)
+                c[("grad", "all_gather")] += len(axes_sets)
+            elif axes_sets:
                 c[("grad", "all_reduce")] += len(axes_sets)
     return c
 

@@ -40,6 +40,13 @@ re-derivation runs once per iteration (phase ``"rederive"``), whatever number of
 share the dropped storage. Tensors are dropped from the forward's working set after their last
 reader, so on CUDA too only what autograd saved outlives its readers.
 
+Training options (:mod:`.training_exec`, chosen per operator by the plan): a recomputed
+operator's saved outputs and internals, and its consumers' saved copies of its outputs, are
+released after forward and re-run in backward; an operator with sharded optimizer state
+reduce-scatters its gradients, steps its chunk and all-gathers the parameters; a
+``bf16-mixed`` plan runs under autocast with bf16 activations and working weights and fp32
+masters.
+
 A failure on one rank after the start (an exception in an operator or a collective) prints
 ``tensoropt-py run: rank R: ...`` and calls ``MPI_Abort``: the whole job ends non-zero.
 """
@@ -68,6 +75,7 @@ from .reschedule_exec import reschedule, run_steps, steps_from_collectives, step
 from .measure import Report, collective_counts, expected_collectives
 from ..plan import config_from_plan
 from .shard import gather_full, place_coordinate, shard
+from .training_exec import Rerun, ShardedGroup, autocast, input_sources
 
 __all__ = ["run_plan", "Executor", "Report", "synthetic_batch", "reference_train",
            "expected_collectives", "main", "OPTIMIZERS", "make_optimizer"]
@@ -251,6 +259,8 @@ class _Saved:
     def get(self):
         if self.tensor is not None:
             return self.tensor
+        if self.geometry is None:  # recomputed (training_exec.py): the source gives the tensor itself
+            return self.source()
         base = self.source.take()
         size, stride, offset = self.geometry
         if tuple(base.size()) == size and tuple(base.stride()) == stride and offset == 0:
@@ -314,6 +324,15 @@ class Executor:
         self.device = backend.device
         self.loss_name = _loss_name(graph)
         self._holders, self._sources, self._copies = [], [], {}  # one iteration's saved tensors
+        self.precision = getattr(plan, "precision", "32-true")
+        self._seq, self._reruns = [], {}  # everything packed in order; recomputations (training_exec.py)
+        self._autocast = functools.partial(autocast, self.precision, self.device)
+        autocast(self.precision, self.device)  # an unknown precision fails at setup
+        self._half = torch.bfloat16 if self.precision == "bf16-mixed" else None
+        if self._half is not None:
+            from ..cost.training import half_tensors
+
+            self._half_names = half_tensors(graph)
         self._build()
 
     # -- setup -----------------------------------------------------------------------------------
@@ -437,8 +456,27 @@ class Executor:
                     fused.setdefault(axes, []).append(name)
             for axes, names in fused.items():
                 self.grad_groups.append((op.name, fine_groups(cfg.mesh.fine_sizes, axes), names))
+        # bf16-mixed (training_exec.py): bf16 working parameters, fp32 masters for the optimizer
+        self._fp32: dict = {}  # name -> fp32 master of a trained parameter that is not sharded
+        if self._half is not None:
+            for name, (t, lay) in list(self.master.items()):
+                self._fp32[name] = t.detach().clone()
+                self.master[name] = (t.detach().to(self._half).requires_grad_(True), lay)
+        # sharded optimizer state (ZeRO-1, training_exec.py): the group's parameters become views of a flat buffer
+        self.sharded: dict = {}  # index in grad_groups -> ShardedGroup
+        for gi, (opname, groups, names) in enumerate(self.grad_groups):
+            if self.configs[opname].shard_state:
+                sg = ShardedGroup([self.master[nm][0] for nm in names], groups, rank,
+                                  master_dtype=torch.float32 if self._half is not None else None)
+                for nm, view in zip(names, sg.params):
+                    self.master[nm] = (view, self.master[nm][1])
+                    self._fp32.pop(nm, None)
+                self.sharded[gi] = sg
         self.params = [self.master[t.name][0] for t in g.parameters if t.name in self.master]
-        self.opt = make_optimizer(self.optimizer_name, self.params, self.lr)
+        in_shards = {id(p) for sg in self.sharded.values() for p in sg.params}
+        stepped = ([self._fp32[t.name] for t in g.parameters if t.name in self._fp32] if self._half is not None
+                   else [p for p in self.params if id(p) not in in_shards])
+        self.opt = make_optimizer(self.optimizer_name, stepped + [sg.master for sg in self.sharded.values()], self.lr)
         self._param_ptrs = {p.untyped_storage().data_ptr() for p in self.params}
         self._param_ptrs |= {v.untyped_storage().data_ptr() for v in self.views.values() if isinstance(v, torch.Tensor)}
 
@@ -461,7 +499,8 @@ class Executor:
         for i, op in enumerate(g.operators):
             if op.kind is OpKind.INPUT:
                 for u in op.outputs:
-                    env[u.tensor] = shard(data[u.tensor], self.out_layout(op, u.tensor), rank).to(self.device)
+                    env[u.tensor] = self._store(u.tensor, shard(data[u.tensor], self.out_layout(op, u.tensor),
+                                                                rank).to(self.device))
             else:
                 ins = {}
                 for ui, use in enumerate(op.inputs):
@@ -478,9 +517,15 @@ class Executor:
                     if use.tensor not in prm:
                         with be.phase("fwd"):
                             prm[use.tensor] = self._param(op, use.tensor)
-                first = len(self._holders)
-                out = self.local_ops[op.name].run(ins, prm)
+                first, first_seq = len(self._holders), len(self._seq)
+                out = {k: self._store(k, v) for k, v in self.local_ops[op.name].run(ins, prm).items()}
+                read = ()
+                if self.configs[op.name].recompute or self._recomputed_inputs(op):
+                    read = self._release_recomputed(op, ins, prm, out, self._seq[first_seq:], self._holders[first:])
                 self._drop_copies(op, ins, env, out, copies, self._holders[first:])
+                for h in read:  # the re-run reads these saved inputs once more
+                    if isinstance(h.source, _Rederivation):
+                        h.source.left += 1
                 env.update(out)
             for t in self._dead_after[i]:
                 env.pop(t, None)
@@ -499,6 +544,51 @@ class Executor:
                 if _release(holders, out[u.tensor], functools.partial(self._rederive_from, e, copies)):
                     self._sources.append(e.tag)
 
+    def _store(self, name, t):
+        """The tensor as the run keeps it: bf16 for the activations bf16-mixed stores in bf16."""
+        if self._half is not None and name in self._half_names and t.is_floating_point() and t.dtype != self._half:
+            return t.to(self._half)
+        return t
+
+    def _recomputed_inputs(self, op):
+        return any(u.tensor in self._reruns for u in op.inputs)
+
+    def _release_recomputed(self, op, ins, prm, out, packed, holders):
+        """Recomputation (training_exec.py): release what a recomputed operator saved beyond its inputs,
+        and the copies of recomputed producers' outputs this operator saved. Returns the holders
+        the operator's re-run reads its inputs from."""
+        read = []
+        if self.configs[op.name].recompute:
+            sources = input_sources(op, ins, packed)
+            keep = {ins[u.tensor].untyped_storage().data_ptr() for u in op.inputs}
+            for name, (kind, t) in sources.items():
+                if kind == "ref":
+                    self._sources.append(t)  # kept for the re-run (the cost model charges it)
+                else:
+                    read.append(t[0])
+            rerun = Rerun(self.local_ops[op.name], sources, {n: bool(ins[n].requires_grad) for n in sources}, prm,
+                          len(packed), self._autocast, op.name, store=self._store)
+            for j, h in enumerate(packed):
+                if isinstance(h, _Saved) and h.tensor is not None and h.tensor.untyped_storage().data_ptr() not in keep:
+                    h.tensor, h.source, h.geometry = None, functools.partial(rerun.saved, j), None
+                    rerun.expect("saved", j)
+            for u in op.outputs:
+                self._reruns[u.tensor] = rerun
+        for ui, use in enumerate(op.inputs):
+            rerun = self._reruns.get(use.tensor)
+            if rerun is None:
+                continue
+            e = self.edges[(op.name, ui)]
+            if _release(holders, ins[use.tensor], functools.partial(self._rederive_recomputed, e, rerun)):
+                rerun.expect("output", use.tensor)  # the re-derivation runs once, whatever the views
+        return read
+
+    def _rederive_recomputed(self, e, rerun):
+        be = self.be
+        src = rerun.output(e.tensor)
+        with torch.no_grad(), be.phase("rederive"), be.tag(f"reuse:{e.tag}"):
+            return run_steps(src, e.fwd, self.graph.tensors[e.tensor].shape, be.rank, be)
+
     def _rederive(self, e, src):
         be = self.be
         with torch.no_grad(), be.phase("rederive"), be.tag(f"reuse:{e.tag}"):
@@ -510,7 +600,11 @@ class Executor:
     def _sync_grads(self):
         be = self.be
         with be.phase("grad"):
-            for opname, groups, names in self.grad_groups:
+            for gi, (opname, groups, names) in enumerate(self.grad_groups):
+                if gi in self.sharded:  # reduce-scatter into this rank's chunk (training_exec.py)
+                    with be.tag(f"grad:{opname}"):
+                        self.sharded[gi].reduce_scatter(be)
+                    continue
                 ts = [self.master[nm][0] for nm in names]
                 grads = [t.grad if t.grad is not None else torch.zeros_like(t) for t in ts]
                 flat = torch.cat([gr.reshape(-1) for gr in grads])
@@ -537,20 +631,44 @@ class Executor:
         first = len(be.records)
         t0 = time.perf_counter()
         self.opt.zero_grad(set_to_none=True)
+        for p in self.params:
+            p.grad = None
         self._holders, self._sources, self._copies = [], [], {}
-        with torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack):
+        self._seq, self._reruns = [], {}
+        with torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack), self._autocast():
             loss = self.forward(step)
         # what backward will read: kept saved tensors and the copies re-derivations start from
         sources = [self._copies[x] if isinstance(x, str) else x for x in self._sources]
         saved = _saved_bytes([h.tensor for h in self._holders if h.tensor is not None] + sources, self._param_ptrs)
         with be.phase("bwd"):
             loss.backward()
+        loss = loss.detach()
+        for h in self._holders:  # released holders, re-runs and re-derivations reference each other: break
+            h.tensor = h.source = None  # the cycles, so that this iteration's tensors go now, not at a GC
+        for r in self._reruns.values():
+            r.result = r.sources = None
         self._holders, self._sources, self._copies = [], [], {}
+        self._seq, self._reruns = [], {}
         self._sync_grads()
         for t in self.params:
             if t.grad is None:
                 t.grad = torch.zeros_like(t)
+        if self._half is not None:  # bf16 gradients -> fp32 masters
+            for name, m in self._fp32.items():
+                m.grad = self.master[name][0].grad.to(m.dtype)
+            for sg in self.sharded.values():
+                sg.master.grad = sg.shard.grad.to(sg.master.dtype)
         self.opt.step()
+        if self._half is not None:  # fp32 masters -> bf16 working copies
+            with torch.no_grad():
+                for name, m in self._fp32.items():
+                    self.master[name][0].copy_(m)
+                for sg in self.sharded.values():
+                    sg.shard.copy_(sg.master)
+        with be.phase("grad"):
+            for gi, sg in self.sharded.items():
+                with be.tag(f"grad:{self.grad_groups[gi][0]}"):
+                    sg.all_gather(be)
         be.synchronize()
         dt = time.perf_counter() - t0
         recs = be.records[first:]
@@ -558,14 +676,18 @@ class Executor:
 
     def _pack(self, t):
         if t.untyped_storage().data_ptr() in self._param_ptrs:
+            self._seq.append(t)
             return t  # parameters and constants are counted as state, never released
         h = _Saved(t)
         self._holders.append(h)
+        self._seq.append(h)
         return h
 
     def state_bytes(self) -> int:
         """Parameters + gradients + optimizer state + constants held by this rank."""
         total = sum(p.numel() * p.element_size() * 2 for p in self.params)
+        masters = list(self._fp32.values()) + [sg.master for sg in self.sharded.values() if sg.master is not sg.shard]
+        total += sum(m.numel() * m.element_size() for m in masters)  # fp32 masters of bf16-mixed
         for st in self.opt.state.values():
             for v in st.values():
                 if isinstance(v, torch.Tensor) and v.dim() > 0:

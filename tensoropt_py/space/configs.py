@@ -95,15 +95,27 @@ class OpConfig:
         mesh axis splitting it or -1 (TensorOpt's tensor map).
     fine : tuple of int
         Per fine axis of the mesh, the loop dimension index it splits or -1.
+    recompute : bool
+        Training option (:mod:`tensoropt_py.cost.training`): the operator's outputs and
+        internal saved tensors are not kept for backward but recomputed there.
+    shard_state : bool
+        Training option: the optimizer state of the operator's parameters is sharded over
+        their gradient-reducing replicas (ZeRO-1); the gradient all-reduce becomes
+        reduce-scatter + all-gather.
+
+    Both options leave the layouts unchanged; :func:`enumerate_configs` never sets them.
     """
 
     mesh: Mesh
     assignment: tuple[int, ...]
     tensor_maps: tuple[tuple[int, ...], ...]
     fine: tuple[int, ...] = field(repr=False)
+    recompute: bool = False
+    shard_state: bool = False
 
     def __str__(self):
-        return f"{self.mesh} map[{','.join(map(str, self.assignment))}]"
+        opts = (" recompute" if self.recompute else "") + (" shard-state" if self.shard_state else "")
+        return f"{self.mesh} map[{','.join(map(str, self.assignment))}]{opts}"
 
     @property
     def fine_sizes(self) -> tuple[int, ...]:
@@ -130,8 +142,11 @@ class OpConfig:
         return _use_layout_cached(self.mesh.fine_sizes, self.fine, dmap, unindexed)
 
     def to_dict(self) -> dict:
-        return {"mesh": list(self.mesh.shape), "assignment": list(self.assignment),
-                "tensor_maps": [list(m) for m in self.tensor_maps]}
+        d = {"mesh": list(self.mesh.shape), "assignment": list(self.assignment),
+             "tensor_maps": [list(m) for m in self.tensor_maps]}
+        if self.recompute or self.shard_state:
+            d.update(recompute=self.recompute, shard_state=self.shard_state)
+        return d
 
 
 def config_key(fine_sizes, fine_labels) -> tuple:
