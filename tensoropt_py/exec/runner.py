@@ -410,7 +410,7 @@ class Executor:
 
     def _build_params(self):
         g, rank = self.graph, self.rank
-        check_host_memory(g, local_ranks(self.size))
+        check_host_memory(g, local_ranks(self.be.size))
         full = init_params(g, seed=self.seed)
         users: dict = {}
         for op in g.operators:
