@@ -183,7 +183,7 @@ class Context:
         if (term_cells[:, multi] < 0).any():
             return None
         sizes = np.stack([np.diff(parents[s].offsets)[term_cells[:, s]] for s in multi], axis=1).astype(np.float64)
-        direct = float((sizes.prod(axis=1) / sizes.max(axis=1)).sum())
+        direct = float((sizes.prod(axis=1) / np.maximum(sizes.max(axis=1), 1.0)).sum())
         if direct <= _STAGE_FACTOR * term_cells.shape[0]:
             return None
         first = multi[:-1]

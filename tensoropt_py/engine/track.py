@@ -30,82 +30,20 @@ Guarantees
 from __future__ import annotations
 
 import time as _time
-from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
-from ..errors import InvalidInputError
+from ..errors import InfeasibleError, InvalidInputError
 from ..elimination.kernels import check_epsilon, resolve_threads
 from .cost_graph import CostGraph
+from .result import TrackedFrontier
 
 __all__ = ["TrackedFrontier", "track", "DEFAULT_MAX_MERGED_CONFIGS", "METHODS", "HEURISTIC_CHOICES"]
 
 DEFAULT_MAX_MERGED_CONFIGS = 1024
 METHODS = ("ldp", "elimination")
 HEURISTIC_CHOICES = ("auto", "min_memory", "weighted")
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class TrackedFrontier:
-    """The cost frontier of a CostGraph with the strategy of every point.
-
-    Attributes
-    ----------
-    memory, time : ndarray of float64, shape (P,)
-        Memory ascending, time strictly descending.
-    choices : ndarray of int64, shape (P, n_nodes)
-        Config index of every node, per point.
-    edge_choices : ndarray of int64, shape (P, n_edges)
-        Chosen option of every edge (order of ``cg.edges``; 0 where R == 1).
-    method : str
-        ``"ldp"``, ``"elimination"`` or ``"brute_force"``.
-    exact : bool
-    epsilon : float
-    epsilon_depth : int
-        L, the largest number of epsilon-thinning steps along any derivation (0 if epsilon = 0).
-    n_heuristic : int
-        Number of heuristic eliminations (0 means the frontier is exact up to epsilon).
-    n_branch : int
-        Number of branch eliminations.
-    seconds : float
-        Wall-clock time of the run.
-    stats : dict
-        More counters (eliminations of each kind, kernel calls, points produced...).
-    """
-
-    memory: np.ndarray
-    time: np.ndarray
-    choices: np.ndarray
-    edge_choices: np.ndarray
-    method: str
-    exact: bool
-    epsilon: float
-    epsilon_depth: int
-    n_heuristic: int
-    n_branch: int
-    seconds: float
-    stats: dict = None
-
-    def __len__(self):
-        return int(self.memory.shape[0])
-
-    @property
-    def memory_bound_factor(self):
-        """``(1 + epsilon) ** epsilon_depth``: the proven bound on the memory loss."""
-        return float((1.0 + self.epsilon) ** self.epsilon_depth)
-
-    def points(self):
-        """``(P, 2)`` array of (memory, time)."""
-        return np.stack([self.memory, self.time], axis=1)
-
-    def __str__(self):
-        return (
-            f"TrackedFrontier(points={len(self)}, method={self.method!r}, exact={self.exact}, "
-            f"epsilon={self.epsilon:g}, heuristic={self.n_heuristic}, seconds={self.seconds:.3g})"
-        )
-
-    __repr__ = __str__
 
 
 def _validate(cg, method, exact, epsilon, threads, max_merged_configs, heuristic):
@@ -202,7 +140,11 @@ def _finish_run(cg, g, chains):
     stats["ldp_steps"] = n_ldp
     stats["chains"] = len(chains)
     stats["stored_points"] = int(sum(t.n_points for t in ctx.tables))
-    return final.mem.copy(), final.time.copy(), choices, edge_choices, final.depth, stats
+    mem, tim = final.mem.copy(), final.time.copy()
+    ok = np.isfinite(mem) & np.isfinite(tim)  # forbidden costs are +inf: never returned
+    if not ok.all():
+        mem, tim, choices, edge_choices = mem[ok], tim[ok], choices[ok], edge_choices[ok]
+    return mem, tim, choices, edge_choices, final.depth, stats
 
 
 def track(
@@ -256,6 +198,8 @@ def track(
     ------
     InvalidInputError
         For a bad method, epsilon, threads, max_merged_configs or heuristic.
+    InfeasibleError
+        When every strategy uses a forbidden cost (see :class:`CostGraph`).
 
     Examples
     --------
@@ -274,6 +218,15 @@ def track(
     runs = _run(cg, method, bool(exact), eps, threads, int(max_merged_configs), first, fork=heuristic == "auto")
     mem, tim, ch, ech, depth, stats = runs[0]
     n_heur = stats["heuristic"]
+    if sum(r[0].size for r in runs) == 0:
+        why = (
+            f" with the configs fixed by {n_heur} heuristic elimination(s); exact=True searches all strategies"
+            if n_heur
+            else ""
+        )
+        raise InfeasibleError(
+            f"every strategy of this cost graph uses a forbidden cost (>= FORBIDDEN_COST or +inf){why}"
+        )
     if len(runs) > 1:
         mem2, tim2, ch2, ech2, depth2, stats2 = runs[1]
         mem_all = np.concatenate([mem, mem2])
