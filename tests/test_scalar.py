@@ -76,3 +76,21 @@ def test_min_sum_bad_input_and_too_wide():
     with pytest.raises(InvalidInputError, match="too wide"):
         min_sum(CostGraph(n, edges), 0.0, max_entries=50)
     assert min_sum(CostGraph(n, edges), 0.0).value == pytest.approx(4.0)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_default_track_contains_both_ends(seed):
+    cg = random_layered_dag(6, 3, 4, layouts=2, options=2, skip_prob=0.5, seed=seed)
+    fast, small = min_sum(cg, 0.0), min_sum(cg, np.inf)
+    fr = track(cg, max_merged_configs=4, epsilon=0.05)
+    assert fr.n_heuristic > 0 or fr.epsilon > 0
+    assert fr.time.min() == pytest.approx(fast.time, rel=1e-12)
+    assert fr.memory.min() == pytest.approx(small.memory, rel=1e-12)
+    m, t = evaluate(cg, fr.choices, fr.edge_choices)
+    np.testing.assert_allclose(m, fr.memory, rtol=1e-12)
+    np.testing.assert_allclose(t, fr.time, rtol=1e-12)
+    off = track(cg, max_merged_configs=4, epsilon=0.05, anchors=False)
+    assert off.stats["anchors"] == "off"
+    assert off.time.min() >= fast.time * (1 - 1e-12)
+    with pytest.raises(InvalidInputError, match="anchors must be"):
+        track(cg, anchors="yes")

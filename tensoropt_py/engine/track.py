@@ -6,7 +6,9 @@ Guarantees
   all strategies (one point per distinct (memory, time) pair), for both methods.
 * ``exact=False``: heuristic elimination (Eq. 7) is used only where branch elimination
   would give a node more than ``max_merged_configs`` configs; the result is then a subset of
-  achievable strategies that may miss parts of the true frontier.
+  achievable strategies that may miss parts of the true frontier. By default
+  (``anchors="auto"``) the exact fastest and smallest strategies (:func:`min_sum`) are
+  added to any result that may be approximate, so both ends of the frontier are exact.
 * Every returned point is achievable: ``evaluate(cg, fr.choices, fr.edge_choices)``
   gives back ``fr.memory`` and ``fr.time`` (up to float rounding of the summation order).
 * ``epsilon > 0`` (epsilon-Pareto thinning). Every reduce that unions several candidate
@@ -147,6 +149,46 @@ def _finish_run(cg, g, chains):
     return mem, tim, choices, edge_choices, final.depth, stats
 
 
+def _union(mem, tim, ch, ech, mem2, tim2, ch2, ech2):
+    """Reduced union of two frontiers with their strategies; also the kept indices."""
+    mem_all = np.concatenate([mem, mem2])
+    tim_all = np.concatenate([tim, tim2])
+    order = np.lexsort((np.arange(mem_all.size), tim_all, mem_all))
+    ts = tim_all[order]
+    prev = np.minimum.accumulate(np.concatenate([[np.inf], ts[:-1]]))
+    keep = order[ts < prev]
+    return mem_all[keep], tim_all[keep], np.concatenate([ch, ch2])[keep], np.concatenate([ech, ech2])[keep], keep
+
+
+def _add_anchors(cg, mem, tim, ch, ech, stats, strict):
+    """Union the fastest and the smallest strategy (exact, :func:`min_sum`) into a frontier."""
+    from ..errors import InfeasibleError as _Infeasible
+    from .scalar import min_sum
+
+    t0 = _time.perf_counter()
+    opts = []
+    try:
+        for lam in (0.0, np.inf):
+            opts.append(min_sum(cg, lam))
+    except _Infeasible:
+        stats["anchors"] = "infeasible"
+        return mem, tim, ch, ech
+    except InvalidInputError as exc:  # too wide for exact variable elimination
+        if strict:
+            raise
+        stats["anchors"] = f"skipped: {exc}"
+        return mem, tim, ch, ech
+    am = np.array([o.memory for o in opts])
+    at = np.array([o.time for o in opts])
+    ach = np.stack([o.choices for o in opts])
+    aech = np.stack([o.edge_choices for o in opts]).reshape(len(opts), cg.n_edges)
+    n0 = mem.size
+    mem, tim, ch, ech, keep = _union(mem, tim, ch, ech, am, at, ach, aech)
+    stats["anchors"] = int((keep >= n0).sum())  # anchor points that were missing
+    stats["anchor_seconds"] = _time.perf_counter() - t0
+    return mem, tim, ch, ech
+
+
 def track(
     cg: CostGraph,
     method: Literal["ldp", "elimination"] = "ldp",
@@ -155,6 +197,7 @@ def track(
     threads: int | None = None,
     max_merged_configs: int = DEFAULT_MAX_MERGED_CONFIGS,
     heuristic: Literal["auto", "min_memory", "weighted"] = "auto",
+    anchors: Literal["auto"] | bool = "auto",
 ) -> TrackedFrontier:
     """Track the cost frontier of a CostGraph (TensorOpt Alg. 2, FT).
 
@@ -182,6 +225,14 @@ def track(
         elimination was needed and keeps the reduced union of the two frontiers (the
         state just before the first heuristic elimination is snapshotted and resumed
         with ``"weighted"``, so the shared prefix is computed once).
+
+    anchors : {"auto", True, False}
+        Union into the result the exact single-objective optima of :func:`min_sum`: the
+        fastest strategy (``lam = 0``) and the smallest one (``lam = inf``), so that an
+        approximate frontier still contains (or dominates) both ends. ``"auto"``: only
+        when the result may be approximate (a heuristic elimination was used, or
+        ``epsilon > 0``) and the graph is narrow enough for :func:`min_sum` (it is skipped
+        otherwise; ``stats["anchors"]`` says what happened).
 
     Returns
     -------
@@ -213,12 +264,25 @@ def track(
     [0, 1, 2, 3]
     """
     eps, threads = _validate(cg, method, exact, epsilon, threads, max_merged_configs, heuristic)
+    if anchors not in ("auto", True, False):
+        raise InvalidInputError(f"anchors must be 'auto', True or False, got {anchors!r}")
     t0 = _time.perf_counter()
     first = "min_memory" if heuristic in ("auto", "min_memory") else "weighted"
     runs = _run(cg, method, bool(exact), eps, threads, int(max_merged_configs), first, fork=heuristic == "auto")
     mem, tim, ch, ech, depth, stats = runs[0]
     n_heur = stats["heuristic"]
-    if sum(r[0].size for r in runs) == 0:
+    if len(runs) > 1:
+        mem2, tim2, ch2, ech2, depth2, stats2 = runs[1]
+        n_first = mem.size
+        mem, tim, ch, ech, keep = _union(mem, tim, ch, ech, mem2, tim2, ch2, ech2)
+        depth = max(depth, depth2)
+        stats["heuristic_runs"] = 2
+        stats["points_from_weighted"] = int((keep >= n_first).sum())
+    if anchors is True or (anchors == "auto" and (n_heur > 0 or eps > 0)):
+        mem, tim, ch, ech = _add_anchors(cg, mem, tim, ch, ech, stats, strict=anchors is True)
+    else:
+        stats["anchors"] = "off"
+    if mem.size == 0:
         why = (
             f" with the configs fixed by {n_heur} heuristic elimination(s); exact=True searches all strategies"
             if n_heur
@@ -227,20 +291,6 @@ def track(
         raise InfeasibleError(
             f"every strategy of this cost graph uses a forbidden cost (>= FORBIDDEN_COST or +inf){why}"
         )
-    if len(runs) > 1:
-        mem2, tim2, ch2, ech2, depth2, stats2 = runs[1]
-        mem_all = np.concatenate([mem, mem2])
-        tim_all = np.concatenate([tim, tim2])
-        order = np.lexsort((np.arange(mem_all.size), tim_all, mem_all))
-        ts = tim_all[order]
-        prev = np.minimum.accumulate(np.concatenate([[np.inf], ts[:-1]]))
-        keep = order[ts < prev]
-        mem, tim = mem_all[keep], tim_all[keep]
-        ch = np.concatenate([ch, ch2])[keep]
-        ech = np.concatenate([ech, ech2])[keep]
-        depth = max(depth, depth2)
-        stats["heuristic_runs"] = 2
-        stats["points_from_weighted"] = int((keep >= mem_all.size - mem2.size).sum())
     return TrackedFrontier(
         memory=mem,
         time=tim,
