@@ -36,7 +36,7 @@ from typing import Literal
 
 import numpy as np
 
-from ..errors import InfeasibleError, InvalidInputError
+from ..errors import InfeasibleError, InvalidInputError, MemoryLimitError
 from ..elimination.kernels import check_epsilon, resolve_threads
 from .cost_graph import CostGraph
 from .result import TrackedFrontier
@@ -44,6 +44,7 @@ from .result import TrackedFrontier
 __all__ = ["TrackedFrontier", "track", "DEFAULT_MAX_MERGED_CONFIGS", "METHODS", "HEURISTIC_CHOICES"]
 
 DEFAULT_MAX_MERGED_CONFIGS = 1024
+_MAX_DEGRADED_EPSILON = 0.1
 METHODS = ("ldp", "elimination")
 HEURISTIC_CHOICES = ("auto", "min_memory", "weighted")
 
@@ -64,13 +65,25 @@ def _validate(cg, method, exact, epsilon, threads, max_merged_configs, heuristic
     return eps, threads
 
 
-def build_working_graph(cg, epsilon=0.0, threads=1):
+def default_max_memory():
+    """60% of the memory available now (``MemAvailable`` on Linux; 8 GiB if unknown)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(int(line.split()[1]) * 1024 * 0.6)
+    except OSError:  # pragma: no cover - not Linux
+        pass
+    return 8 << 30  # pragma: no cover
+
+
+def build_working_graph(cg, epsilon=0.0, threads=1, max_bytes=None):
     """The working graph of ``cg`` (leaf tables for every node and edge; parallel edges
     already merged by edge elimination). Internal; used by :func:`track` and the tests."""
     from ..elimination.table import Context
     from ..elimination.working_graph import WEdge, WGraph
 
-    ctx = Context(epsilon, threads)
+    ctx = Context(epsilon, threads, max_bytes)
     g = WGraph(ctx)
     for i, c in enumerate(cg.node_costs):
         K = c.shape[0]
@@ -97,7 +110,7 @@ def finish(g, n_nodes, n_edges):
     return final, choices, edge_choices
 
 
-def _run(cg, method, exact, eps, threads, max_merged_configs, heuristic, fork=False):
+def _run(cg, method, exact, eps, threads, max_merged_configs, heuristic, fork=False, max_bytes=None):
     """One tracking run. With ``fork`` (``heuristic="auto"``), the state just before the
     first heuristic elimination is snapshotted; the snapshot is then resumed with the
     ``"weighted"`` heuristic (the run itself uses ``heuristic``), which gives exactly what
@@ -105,7 +118,7 @@ def _run(cg, method, exact, eps, threads, max_merged_configs, heuristic, fork=Fa
     two results ``(mem, time, choices, edge_choices, depth, stats)``."""
     from ..elimination.driver import simplify
 
-    g = build_working_graph(cg, eps, threads)
+    g = build_working_graph(cg, eps, threads, max_bytes)
     ctx = g.ctx
     snap = []
 
@@ -142,6 +155,7 @@ def _finish_run(cg, g, chains):
     stats["ldp_steps"] = n_ldp
     stats["chains"] = len(chains)
     stats["stored_points"] = int(sum(t.n_points for t in ctx.tables))
+    stats["peak_table_bytes"] = int(ctx.peak_bytes)
     mem, tim = final.mem.copy(), final.time.copy()
     ok = np.isfinite(mem) & np.isfinite(tim)  # forbidden costs are +inf: never returned
     if not ok.all():
@@ -198,6 +212,8 @@ def track(
     max_merged_configs: int = DEFAULT_MAX_MERGED_CONFIGS,
     heuristic: Literal["auto", "min_memory", "weighted"] = "auto",
     anchors: Literal["auto"] | bool = "auto",
+    max_memory: int | None = None,
+    on_memory_limit: Literal["epsilon", "raise"] = "epsilon",
 ) -> TrackedFrontier:
     """Track the cost frontier of a CostGraph (TensorOpt Alg. 2, FT).
 
@@ -234,6 +250,15 @@ def track(
         ``epsilon > 0``) and the graph is narrow enough for :func:`min_sum` (it is skipped
         otherwise; ``stats["anchors"]`` says what happened).
 
+    max_memory : int or None
+        Bytes the frontier tables may hold (None: 60% of the memory available at the
+        start, :func:`default_max_memory`). Checked after every combine step.
+    on_memory_limit : {"epsilon", "raise"}
+        What happens when a run would exceed ``max_memory``: ``"epsilon"`` retries with
+        a 10x larger epsilon (starting at 1e-3, at most 0.1; the run's
+        ``epsilon`` and ``memory_bound_factor`` report the bound that holds), then raises;
+        ``"raise"`` raises :class:`~tensoropt_py.errors.MemoryLimitError` at once.
+
     Returns
     -------
     TrackedFrontier
@@ -251,6 +276,8 @@ def track(
         For a bad method, epsilon, threads, max_merged_configs or heuristic.
     InfeasibleError
         When every strategy uses a forbidden cost (see :class:`CostGraph`).
+    MemoryLimitError
+        When the tables would exceed ``max_memory`` (after the epsilon retries).
 
     Examples
     --------
@@ -266,9 +293,25 @@ def track(
     eps, threads = _validate(cg, method, exact, epsilon, threads, max_merged_configs, heuristic)
     if anchors not in ("auto", True, False):
         raise InvalidInputError(f"anchors must be 'auto', True or False, got {anchors!r}")
+    if on_memory_limit not in ("epsilon", "raise"):
+        raise InvalidInputError(f"on_memory_limit must be 'epsilon' or 'raise', got {on_memory_limit!r}")
+    if max_memory is None:
+        max_memory = default_max_memory()
+    elif isinstance(max_memory, bool) or not isinstance(max_memory, (int, np.integer, float)) or not max_memory > 0:
+        raise InvalidInputError(f"max_memory must be a positive number of bytes or None, got {max_memory!r}")
     t0 = _time.perf_counter()
     first = "min_memory" if heuristic in ("auto", "min_memory") else "weighted"
-    runs = _run(cg, method, bool(exact), eps, threads, int(max_merged_configs), first, fork=heuristic == "auto")
+    retries = []
+    while True:
+        try:
+            runs = _run(cg, method, bool(exact), eps, threads, int(max_merged_configs), first,
+                        fork=heuristic == "auto", max_bytes=int(max_memory))
+            break
+        except MemoryLimitError as exc:
+            if on_memory_limit == "raise" or eps >= _MAX_DEGRADED_EPSILON:
+                raise
+            retries.append((eps, exc.used_bytes))
+            eps = min(_MAX_DEGRADED_EPSILON, max(1e-3, eps * 10))
     mem, tim, ch, ech, depth, stats = runs[0]
     n_heur = stats["heuristic"]
     if len(runs) > 1:
@@ -282,6 +325,8 @@ def track(
         mem, tim, ch, ech = _add_anchors(cg, mem, tim, ch, ech, stats, strict=anchors is True)
     else:
         stats["anchors"] = "off"
+    if retries:
+        stats["memory_limit_retries"] = retries  # (epsilon, bytes held) of every stopped run
     if mem.size == 0:
         why = (
             f" with the configs fixed by {n_heur} heuristic elimination(s); exact=True searches all strategies"

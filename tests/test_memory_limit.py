@@ -1,0 +1,51 @@
+"""track never grows past max_memory: it degrades to a larger epsilon or raises MemoryLimitError."""
+
+import numpy as np
+import pytest
+
+from tensoropt_py.engine import evaluate, track
+from tensoropt_py.engine.random_graphs import random_chain
+from tensoropt_py.errors import InvalidInputError, MemoryLimitError
+
+
+def _graph():
+    return random_chain(30, 20, layouts=4, seed=0)
+
+
+def test_raise_names_the_limit():
+    with pytest.raises(MemoryLimitError, match=r"more than the limit of .* MiB \(max_memory\)") as info:
+        track(_graph(), exact=True, max_memory=10_000, on_memory_limit="raise")
+    assert info.value.limit_bytes == 10_000 and info.value.used_bytes > 10_000
+
+
+def test_degrades_to_a_bounded_epsilon():
+    cg = _graph()
+    full = track(cg, exact=True)
+    peak = full.stats["peak_table_bytes"]
+    assert full.epsilon == 0 and "memory_limit_retries" not in full.stats
+    fr = track(cg, exact=True, max_memory=peak // 3)
+    assert fr.epsilon > 0 and fr.stats["memory_limit_retries"][0][0] == 0.0
+    assert fr.stats["peak_table_bytes"] <= peak // 3
+    m, t = evaluate(cg, fr.choices, fr.edge_choices)
+    np.testing.assert_allclose(m, fr.memory, rtol=1e-12)
+    np.testing.assert_allclose(t, fr.time, rtol=1e-12)
+    # the epsilon guarantee holds against the exact frontier
+    bound = fr.memory_bound_factor
+    for mm, tt in zip(full.memory, full.time):
+        assert np.any((fr.time <= tt * (1 + 1e-12)) & (fr.memory <= mm * bound * (1 + 1e-12)))
+
+
+def test_gives_up_after_the_largest_epsilon():
+    with pytest.raises(MemoryLimitError):
+        track(_graph(), exact=True, max_memory=1000)
+
+
+@pytest.mark.parametrize("bad", [0, -5, "1GB", True])
+def test_bad_max_memory(bad):
+    with pytest.raises(InvalidInputError, match="max_memory must be a positive number of bytes"):
+        track(_graph(), max_memory=bad)
+
+
+def test_bad_on_memory_limit():
+    with pytest.raises(InvalidInputError, match="on_memory_limit must be"):
+        track(_graph(), on_memory_limit="swap")
