@@ -13,9 +13,13 @@ def _graph():
 
 
 def test_raise_names_the_limit():
+    from tensoropt_py.engine.track import leaf_bytes
+
+    cg = _graph()
+    limit = leaf_bytes(cg) + 1000
     with pytest.raises(MemoryLimitError, match=r"more than the limit of .* MiB \(max_memory\)") as info:
-        track(_graph(), exact=True, max_memory=10_000, on_memory_limit="raise")
-    assert info.value.limit_bytes == 10_000 and info.value.used_bytes > 10_000
+        track(cg, exact=True, max_memory=limit, on_memory_limit="raise")
+    assert info.value.limit_bytes == limit and info.value.used_bytes > limit
 
 
 def test_degrades_to_a_bounded_epsilon():
@@ -36,8 +40,12 @@ def test_degrades_to_a_bounded_epsilon():
 
 
 def test_gives_up_after_the_largest_epsilon():
-    with pytest.raises(MemoryLimitError):
-        track(_graph(), exact=True, max_memory=1000)
+    from tensoropt_py.engine.track import leaf_bytes
+
+    cg = _graph()
+    with pytest.raises(MemoryLimitError, match="frontier tracking stopped") as info:
+        track(cg, exact=True, max_memory=leaf_bytes(cg) + 100)
+    assert info.value.used_bytes > leaf_bytes(cg) + 100
 
 
 @pytest.mark.parametrize("bad", [0, -5, "1GB", True])
@@ -49,3 +57,13 @@ def test_bad_max_memory(bad):
 def test_bad_on_memory_limit():
     with pytest.raises(InvalidInputError, match="on_memory_limit must be"):
         track(_graph(), on_memory_limit="swap")
+
+
+def test_leaf_tables_over_the_limit_are_refused_before_allocating():
+    from tensoropt_py.engine.track import leaf_bytes
+
+    cg = _graph()
+    need = leaf_bytes(cg)
+    assert need > 0
+    with pytest.raises(MemoryLimitError, match=r"the leaf tables of this cost graph alone need"):
+        track(cg, max_memory=need - 1)

@@ -77,6 +77,18 @@ def default_max_memory():
     return 8 << 30  # pragma: no cover
 
 
+def leaf_bytes(cg):
+    """Bytes the leaf tables of ``cg`` need (one point per node config and per edge
+    layout pair and option, with offsets): the floor of any run's memory."""
+    total = 0
+    for c in cg.node_costs:
+        total += 24 * c.shape[0]
+    for _, _, _, _, tab in cg._norm:
+        A, B, R, _ = tab.shape
+        total += A * B * (16 * R + 8 + (2 * R if R > 1 else 1))
+    return int(total)
+
+
 def build_working_graph(cg, epsilon=0.0, threads=1, max_bytes=None):
     """The working graph of ``cg`` (leaf tables for every node and edge; parallel edges
     already merged by edge elimination). Internal; used by :func:`track` and the tests."""
@@ -299,6 +311,15 @@ def track(
         max_memory = default_max_memory()
     elif isinstance(max_memory, bool) or not isinstance(max_memory, (int, np.integer, float)) or not max_memory > 0:
         raise InvalidInputError(f"max_memory must be a positive number of bytes or None, got {max_memory!r}")
+    need = leaf_bytes(cg)
+    if need > max_memory:
+        raise MemoryLimitError(
+            f"the leaf tables of this cost graph alone need {need / 2**20:.1f} MiB (its edge tables: "
+            f"{cg.n_edges} edges, up to {max(cg.n_configs)} configs per node), more than max_memory = "
+            f"{max_memory / 2**20:.1f} MiB; fewer configs per operator (max_configs) or more memory is needed",
+            used_bytes=need,
+            limit_bytes=int(max_memory),
+        )
     t0 = _time.perf_counter()
     first = "min_memory" if heuristic in ("auto", "min_memory") else "weighted"
     retries = []
