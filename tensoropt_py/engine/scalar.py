@@ -74,7 +74,8 @@ def min_sum(cg, lam, max_entries=MAX_FACTOR_ENTRIES):
     ----------
     cg : CostGraph
     lam : float >= 0 or inf
-        Weight of memory (seconds per byte). ``inf`` minimises memory alone.
+        Weight of memory (seconds per byte). ``inf`` minimises memory alone (among
+        strategies of least memory, any one is returned, not necessarily the fastest).
     max_entries : int
         Refuse (``InvalidInputError``) when an intermediate factor would have more
         entries than this (the graph is too wide for exact variable elimination).
