@@ -186,16 +186,17 @@ def _union(mem, tim, ch, ech, mem2, tim2, ch2, ech2):
     return mem_all[keep], tim_all[keep], np.concatenate([ch, ch2])[keep], np.concatenate([ech, ech2])[keep], keep
 
 
-def _add_anchors(cg, mem, tim, ch, ech, stats, strict):
+def _add_anchors(cg, mem, tim, ch, ech, stats, strict, max_bytes):
     """Union the fastest and the smallest strategy (exact, :func:`min_sum`) into a frontier."""
     from ..errors import InfeasibleError as _Infeasible
-    from .scalar import min_sum
+    from .scalar import MAX_FACTOR_ENTRIES, min_sum
 
     t0 = _time.perf_counter()
     opts = []
     try:
         for lam in (0.0, np.inf):
-            opts.append(min_sum(cg, lam))
+            # a few factors of max_entries float64 may be alive at once: keep them under max_memory
+            opts.append(min_sum(cg, lam, max_entries=max(1, min(MAX_FACTOR_ENTRIES, max_bytes // 64))))
     except _Infeasible:
         stats["anchors"] = "infeasible"
         return mem, tim, ch, ech
@@ -343,7 +344,7 @@ def track(
         stats["heuristic_runs"] = 2
         stats["points_from_weighted"] = int((keep >= n_first).sum())
     if anchors is True or (anchors == "auto" and (n_heur > 0 or eps > 0)):
-        mem, tim, ch, ech = _add_anchors(cg, mem, tim, ch, ech, stats, strict=anchors is True)
+        mem, tim, ch, ech = _add_anchors(cg, mem, tim, ch, ech, stats, strict=anchors is True, max_bytes=int(max_memory))
     else:
         stats["anchors"] = "off"
     if retries:
