@@ -144,12 +144,29 @@ def min_sum(cg, lam, max_entries=MAX_FACTOR_ENTRIES):
             size *= min(c, K[y])
         return size
 
+    import heapq
+
     alive = set(range(n))
+    # lazily updated priority queue: only the neighbours of an eliminated node change key
+    key = {y: (est_size(y), len(nbrs[y]), y) for y in range(n)}
+    heap = list(key.values())
+    heapq.heapify(heap)
+
+    def refresh(ys):
+        for y in ys:
+            if y in alive:
+                key[y] = (est_size(y), len(nbrs[y]), y)
+                heapq.heappush(heap, key[y])
+
     trace = []  # (x, factors it removed, representative configs of x) in elimination order
     next_id = n + cg.n_edges
     total = 0.0
     while alive:
-        x = min(alive, key=lambda y: (est_size(y), len(nbrs[y]), y))
+        while True:
+            item = heapq.heappop(heap)
+            x = item[2]
+            if x in alive and key[x] == item:
+                break
         fids = sorted(of_var[x])
         if K[x] == 1:
             # a constant: restrict every factor to its only config, coupling nothing
@@ -168,9 +185,11 @@ def min_sum(cg, lam, max_entries=MAX_FACTOR_ENTRIES):
                 else:
                     total += float(sub)
             trace.append((x, popped, np.zeros(1, dtype=np.int64)))
+            touched = set(nbrs[x])
             for z in nbrs[x]:
                 nbrs[z].discard(x)
             alive.discard(x)
+            refresh(touched)
             nbrs[x] = set()
             of_var[x] = set()
             continue
@@ -224,6 +243,7 @@ def min_sum(cg, lam, max_entries=MAX_FACTOR_ENTRIES):
         else:
             total += float(red)
         alive.discard(x)
+        refresh(others)
         nbrs[x] = set()
         of_var[x] = set()
     if not math.isfinite(total):
