@@ -122,7 +122,30 @@ def finish(g, n_nodes, n_edges):
     return final, choices, edge_choices
 
 
-def _run(cg, method, exact, eps, threads, max_merged_configs, heuristic, fork=False, max_bytes=None):
+class _Progress:
+    """Rate-limited progress reports of a tracking run (see ``track(progress=...)``)."""
+
+    def __init__(self, callback, n_nodes, every=0.5):
+        self.callback = callback
+        self.n = max(n_nodes, 1)
+        self.every = every
+        self.t0 = _time.perf_counter()
+        self.last = -1e9
+        self.run = 1
+
+    def report(self, stage, left, points, force=False):
+        now = _time.perf_counter()
+        if not force and now - self.last < self.every:
+            return
+        self.last = now
+        elapsed = now - self.t0
+        done = self.n - left
+        est = elapsed * left / done if done > 0 and stage == "eliminate" else None
+        self.callback(dict(stage=stage, run=self.run, nodes_left=int(left), nodes=self.n,
+                           points=int(points), elapsed_s=elapsed, estimate_left_s=est))
+
+
+def _run(cg, method, exact, eps, threads, max_merged_configs, heuristic, fork=False, max_bytes=None, progress=None):
     """One tracking run. With ``fork`` (``heuristic="auto"``), the state just before the
     first heuristic elimination is snapshotted; the snapshot is then resumed with the
     ``"weighted"`` heuristic (the run itself uses ``heuristic``), which gives exactly what
@@ -140,14 +163,25 @@ def _run(cg, method, exact, eps, threads, max_merged_configs, heuristic, fork=Fa
             tab.pinned = True
         snap.append((h, marker.copy(h) if marker is not None else None))
 
+    step = None
+    if progress is not None:
+        def step(gg):
+            progress.report("eliminate", len(gg.nodes), ctx.stats["points"])
+
     chains = simplify(g, method, exact, max_merged_configs, heuristic, cg.topological_order,
-                      on_heuristic=fork_hook if fork else None)
+                      on_heuristic=fork_hook if fork else None, on_step=step)
+    if progress is not None:
+        progress.report("finish", len(g.nodes), ctx.stats["points"], force=True)
     results = [_finish_run(cg, g, chains)]
     if snap:
         h, marker = snap[0]
         for tab in ctx.tables:
             tab.pinned = False
-        chains = simplify(h, method, exact, max_merged_configs, "weighted", cg.topological_order, marker=marker)
+        if progress is not None:
+            progress.run = 2
+            progress.report("resume with the weighted heuristic", len(h.nodes), ctx.stats["points"], force=True)
+        chains = simplify(h, method, exact, max_merged_configs, "weighted", cg.topological_order, marker=marker,
+                          on_step=step)
         results.append(_finish_run(cg, h, chains))
     return results
 
@@ -227,6 +261,7 @@ def track(
     anchors: Literal["auto"] | bool = "auto",
     max_memory: int | None = None,
     on_memory_limit: Literal["epsilon", "raise"] = "epsilon",
+    progress=None,
 ) -> TrackedFrontier:
     """Track the cost frontier of a CostGraph (TensorOpt Alg. 2, FT).
 
@@ -272,6 +307,13 @@ def track(
         ``epsilon`` and ``memory_bound_factor`` report the bound that holds), then raises;
         ``"raise"`` raises :class:`~tensoropt_py.errors.MemoryLimitError` at once.
 
+    progress : callable or None
+        Called (at most every 0.5 s, and at each stage change) with a dict: ``stage``
+        (``"eliminate"``, ``"finish"``, ...), ``run`` (2 while resuming with the weighted
+        heuristic), ``nodes_left``, ``nodes``, ``points`` (frontier points produced so far),
+        ``elapsed_s`` and ``estimate_left_s`` (linear in the nodes eliminated; None when
+        unknown).
+
     Returns
     -------
     TrackedFrontier
@@ -304,6 +346,8 @@ def track(
     [0, 1, 2, 3]
     """
     eps, threads = _validate(cg, method, exact, epsilon, threads, max_merged_configs, heuristic)
+    if progress is not None and not callable(progress):
+        raise InvalidInputError(f"progress must be a callable or None, got {type(progress).__name__}")
     if anchors not in ("auto", True, False):
         raise InvalidInputError(f"anchors must be 'auto', True or False, got {anchors!r}")
     if on_memory_limit not in ("epsilon", "raise"):
@@ -327,7 +371,8 @@ def track(
     while True:
         try:
             runs = _run(cg, method, bool(exact), eps, threads, int(max_merged_configs), first,
-                        fork=heuristic == "auto", max_bytes=int(max_memory))
+                        fork=heuristic == "auto", max_bytes=int(max_memory),
+                        progress=None if progress is None else _Progress(progress, cg.n_nodes))
             break
         except MemoryLimitError as exc:
             if on_memory_limit == "raise" or eps >= _MAX_DEGRADED_EPSILON:
