@@ -97,7 +97,7 @@ def min_sum(cg, lam, max_entries=MAX_FACTOR_ENTRIES):
     >>> cg = CostGraph([np.array([[1.0, 4.0], [4.0, 1.0]])] * 2, [(0, 1, np.zeros((2, 2, 2)))])
     >>> opt = min_sum(cg, 0.5)
     >>> opt.value, opt.choices.tolist()
-    (4.0, [1, 1])
+    (6.0, [1, 1])
     """
     if not isinstance(cg, CostGraph):
         raise InvalidInputError(f"cg must be a CostGraph, got {type(cg).__name__}")
