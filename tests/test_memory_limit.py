@@ -67,3 +67,22 @@ def test_leaf_tables_over_the_limit_are_refused_before_allocating():
     assert need > 0
     with pytest.raises(MemoryLimitError, match=r"the leaf tables of this cost graph alone need"):
         track(cg, max_memory=need - 1)
+
+
+def test_edges_sharing_a_table_share_their_leaf():
+    from tensoropt_py.engine import CostGraph, LayoutEdge, brute_force_frontier
+    from tensoropt_py.engine.track import leaf_bytes
+
+    rng = np.random.default_rng(0)
+    tab = rng.integers(0, 5, (3, 3, 2, 2)).astype(float)
+    tab.flags.writeable = False
+    le = LayoutEdge([0, 1, 2], [0, 1, 2], tab)
+    nodes = [rng.integers(0, 9, (3, 2)).astype(float) for _ in range(5)]
+    shared = CostGraph(nodes, [(i, i + 1, le) for i in range(4)] + [(0, 4, le)])
+    copied = CostGraph(nodes, [(i, i + 1, LayoutEdge([0, 1, 2], [0, 1, 2], np.array(tab))) for i in range(4)])
+    assert leaf_bytes(shared) < leaf_bytes(copied)
+    fr = track(shared, exact=True)
+    bf = brute_force_frontier(shared)
+    assert np.array_equal(fr.memory, bf.memory) and np.array_equal(fr.time, bf.time)
+    m, t = evaluate(shared, fr.choices, fr.edge_choices)
+    np.testing.assert_allclose(m, fr.memory)

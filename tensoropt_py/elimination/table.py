@@ -135,12 +135,14 @@ class Context:
         self.max_bytes = max_bytes
         self.held_bytes = 0
         self.peak_bytes = 0
+        self._leaf_cache = {}
 
-    def register(self, tab):
+    def register(self, tab, count=True):
         tab.id = len(self.tables)
         tab.ctx = self
         self.tables.append(tab)
-        self.held_bytes += tab.nbytes()
+        if count:
+            self.held_bytes += tab.nbytes()
         used = self.held_bytes + 16 * self._memo_points
         if used > self.peak_bytes:
             self.peak_bytes = used
@@ -166,7 +168,20 @@ class Context:
         return self.register(tab)
 
     def edge_leaf(self, e, table):
-        """Leaf of an edge: ``table`` (A, B, R, 2); cell a*B+b = reduced finite options."""
+        """Leaf of an edge: ``table`` (A, B, R, 2); cell a*B+b = reduced finite options.
+
+        Edges that share one cost table (model graphs repeat identical layers, and the
+        cost builder shares their tables) share the leaf's arrays too (counted once)."""
+        key = table_key(table)
+        hit = self._leaf_cache.get(key)
+        if hit is not None:
+            off, m, t, opts = hit
+            return self.register(FTable(off, m, t, leaf=("edge", e), options=opts), count=False)
+        tab = self._edge_leaf(e, table)
+        self._leaf_cache[key] = (tab.offsets, tab.mem, tab.time, tab.options)
+        return tab
+
+    def _edge_leaf(self, e, table):
         A, B, R, _ = table.shape
         mem = table[..., 0].reshape(A * B, R)
         tim = table[..., 1].reshape(A * B, R)
@@ -294,6 +309,11 @@ class Context:
         for p in pieces:
             p.release()
         return self.register(tab)
+
+
+def table_key(table):
+    """Identity of an edge cost array's memory (views of one array give the same key)."""
+    return (table.__array_interface__["data"][0], table.shape, table.strides)
 
 
 def _unique_rows(rows, radices):

@@ -79,11 +79,19 @@ def default_max_memory():
 
 def leaf_bytes(cg):
     """Bytes the leaf tables of ``cg`` need (one point per node config and per edge
-    layout pair and option, with offsets): the floor of any run's memory."""
+    layout pair and option, with offsets; edges sharing a cost array share their leaf):
+    the floor of any run's memory."""
+    from ..elimination.table import table_key
+
     total = 0
     for c in cg.node_costs:
         total += 24 * c.shape[0]
+    seen = set()
     for _, _, _, _, tab in cg._norm:
+        key = table_key(tab)
+        if key in seen:
+            continue
+        seen.add(key)
         A, B, R, _ = tab.shape
         total += A * B * (16 * R + 8 + (2 * R if R > 1 else 1))
     return int(total)
