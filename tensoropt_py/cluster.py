@@ -818,6 +818,10 @@ def _preset_table():
         "h100-4x8": lambda: Cluster(
             "h100-4x8", 4, 8, DeviceSpec(**_H100),
             LinkSpec("nvlink", "360GB/s", "2us"), LinkSpec("infiniband", "46GB/s", "4us", ports=8)),
+        # 8 machines x 8 H100 (64 devices), same machines and network as h100-4x8.
+        "h100-8x8": lambda: Cluster(
+            "h100-8x8", 8, 8, DeviceSpec(**_H100),
+            LinkSpec("nvlink", "360GB/s", "2us"), LinkSpec("infiniband", "46GB/s", "4us", ports=8)),
         # 4 CPU processes on this machine (executor tests): shared-memory MPI.
         "cpu-1x4": lambda: Cluster(
             "cpu-1x4", 1, 4,

@@ -12,6 +12,7 @@ __all__ = [
     "InfeasibleError",
     "UnsupportedOperatorError",
     "CalibrationError",
+    "MemoryLimitError",
 ]
 
 
@@ -50,3 +51,20 @@ class UnsupportedOperatorError(InvalidInputError):
 
 class CalibrationError(TensorOptError):
     """A calibration file is missing, unreadable, or does not match the cluster."""
+
+
+class MemoryLimitError(TensorOptError, MemoryError):
+    """A computation stopped before it would use more memory than allowed.
+
+    Attributes
+    ----------
+    used_bytes : int
+        Bytes held when it stopped.
+    limit_bytes : int
+        The limit.
+    """
+
+    def __init__(self, message, *, used_bytes=0, limit_bytes=0):
+        super().__init__(message)
+        self.used_bytes = used_bytes
+        self.limit_bytes = limit_bytes

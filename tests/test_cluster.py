@@ -24,6 +24,7 @@ EXPECTED_PRESETS = {
     "v100-2x8-4xrdma",
     "dgx-a100-2x8",
     "h100-4x8",
+    "h100-8x8",
     "cpu-1x4",
 }
 
@@ -60,6 +61,7 @@ def test_paper_cluster_numbers():
     four = Cluster.preset("v100-2x8-4xrdma").inter_link
     assert four.ports * four.bandwidth == pytest.approx(4 * cl.inter_link.bandwidth)
     assert Cluster.preset("h100-4x8").num_devices == 32
+    assert Cluster.preset("h100-8x8").num_devices == 64
     assert Cluster.preset("dgx-a100-2x8").device.flops_for("bf16") == 312e12
 
 

@@ -332,3 +332,18 @@ def test_exact_on_repeated_blocks_equals_brute_force(monkeypatch):
         assert fr.stats["memo_hits"] > 0
         assert_same_frontier(fr, bf)
         assert_achievable(cg, fr)
+
+
+def test_progress_reports_move_and_end():
+    from tensoropt_py.engine.random_graphs import random_layered_dag
+    from tensoropt_py.errors import InvalidInputError
+
+    cg = random_layered_dag(6, 3, 4, layouts=2, seed=0)
+    seen = []
+    fr = track(cg, progress=seen.append, max_merged_configs=4)
+    assert seen and seen[0]["stage"] == "eliminate" and seen[0]["nodes"] == cg.n_nodes
+    assert any(r["stage"] == "finish" and r["nodes_left"] <= seen[0]["nodes_left"] for r in seen)
+    assert all(r["elapsed_s"] >= 0 for r in seen)
+    assert len(fr) > 0
+    with pytest.raises(InvalidInputError, match="progress must be a callable"):
+        track(cg, progress=3)

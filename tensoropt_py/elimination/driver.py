@@ -31,13 +31,15 @@ from .node_elimination import detach, eliminate_node, fold_leaf
 __all__ = ["simplify"]
 
 
-def simplify(g, method, exact, max_merged_configs, heuristic, topological_order, marker=None, on_heuristic=None):
+def simplify(g, method, exact, max_merged_configs, heuristic, topological_order, marker=None, on_heuristic=None,
+             on_step=None):
     """Simplify working graph ``g`` in place; returns the marked chains (``[]`` for elimination).
 
     ``marker``: resume with this chain marking (of ``g``) instead of a fresh one.
     ``on_heuristic(g, marker)``: called once, just before the first heuristic elimination
     (``heuristic="auto"`` snapshots the state there and later resumes the snapshot with
     the other heuristic instead of re-running everything).
+    ``on_step(g)``: called after every elimination step (progress reporting).
     """
     ldp = method == "ldp"
     if ldp and marker is None:
@@ -70,6 +72,8 @@ def simplify(g, method, exact, max_merged_configs, heuristic, topological_order,
 
     g.touched.update(g.nodes)
     while True:
+        if on_step is not None:
+            on_step(g)
         if ldp:
             marker.extend()
         touch_all()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .working_graph import WEdge
+from .elements import WEdge
 
 __all__ = ["merge_edges"]
 

@@ -20,6 +20,13 @@ import numpy as np
 
 __all__ = ["fix_node", "choose_config", "HEURISTICS"]
 
+
+def _finite_mean(x):
+    """Mean of the finite entries (forbidden configs are +inf); 0 when there are none."""
+    x = np.asarray(x, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    return float(x.mean()) if x.size else 0.0
+
 HEURISTICS = ("min_memory", "weighted")
 
 
@@ -64,14 +71,14 @@ def choose_config(g, i, heuristic):
     if heuristic == "min_memory":
         return int(np.lexsort((ks, tim, mem))[0])
     # weighted: scales from the node and its edges
-    ms = [np.mean(mem)]
-    ts = [np.mean(tim)]
+    ms = [_finite_mean(mem)]
+    ts = [_finite_mean(tim)]
     edge_views = []
     for w, e in sorted(g.adj[i].items()):
         imap, wmap, si, sw, _ = e.view(i)
         em, et = _cell_first(e.table)
-        ms.append(np.mean(em[np.unique(imap)[:, None] * si + np.unique(wmap)[None, :] * sw]))
-        ts.append(np.mean(_cell_last_time(e.table)))
+        ms.append(_finite_mean(em[np.unique(imap)[:, None] * si + np.unique(wmap)[None, :] * sw]))
+        ts.append(_finite_mean(_cell_last_time(e.table)))
         edge_views.append((imap, wmap, si, sw, e.table))
     Ms = max(float(np.sum(ms)), 1e-300)
     Ts = max(float(np.sum(ts)), 1e-300)

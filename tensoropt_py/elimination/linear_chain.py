@@ -57,9 +57,6 @@ class ChainMarker:
                     stack.append(y)
         return comp
 
-    def is_marked(self, x):
-        return x in self.marked
-
     def extend(self):
         """Extend every active chain as far as possible; returns the number of nodes marked."""
         n = 0
@@ -81,6 +78,3 @@ class ChainMarker:
         self.active = still
         return n
 
-    def chain_end(self, x):
-        """True when ``x`` is the last node of an unfinished chain."""
-        return any(self.chains[ci][-1] == x for ci in self.active)

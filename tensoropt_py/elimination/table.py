@@ -26,6 +26,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from ..errors import MemoryLimitError
 from . import _kernels
 from .kernels import MAX_SLOTS, _chunk_bounds, _executor, reduce_ragged, resolve_threads
 
@@ -50,7 +51,7 @@ def _digest(*arrays):
 class FTable:
     """A ragged frontier table (internal)."""
 
-    __slots__ = ("id", "offsets", "mem", "time", "parents", "prov", "leaf", "options", "depth", "pieces", "_maxc", "pinned", "_digest")
+    __slots__ = ("id", "offsets", "mem", "time", "parents", "prov", "leaf", "options", "depth", "pieces", "_maxc", "pinned", "_digest", "ctx")
 
     def __init__(self, offsets, mem, time, parents=(), prov=None, leaf=None, options=None, depth=0, pieces=None):
         self.id = -1
@@ -66,6 +67,7 @@ class FTable:
         self._maxc = None
         self.pinned = False  # True: a snapshot of the working graph still needs the costs
         self._digest = None
+        self.ctx = None  # the Context that registered it (memory accounting)
 
     def digest(self):
         """Hash of the content (offsets and costs; not provenance). Only while costs are held."""
@@ -88,9 +90,18 @@ class FTable:
     def n_points(self):
         return int(self.offsets[-1])
 
+    def nbytes(self, costs=True):
+        """Bytes held by this table's arrays (with or without the cost arrays)."""
+        n = self.offsets.nbytes + (self.prov.nbytes if self.prov is not None else 0)
+        if costs and self.mem is not None:
+            n += self.mem.nbytes + self.time.nbytes
+        return n
+
     def release(self):
         """Drop the cost arrays (keep offsets/provenance for unroll)."""
         if self.leaf is None and not self.pinned:
+            if self.mem is not None and self.ctx is not None:
+                self.ctx.held_bytes -= self.mem.nbytes + self.time.nbytes
             self.mem = None
             self.time = None
 
@@ -103,9 +114,15 @@ class FTable:
 
 
 class Context:
-    """Per-run state: epsilon, threads, the registry of tables (for unroll) and counters."""
+    """Per-run state: epsilon, threads, the registry of tables (for unroll) and counters.
 
-    def __init__(self, epsilon=0.0, threads=1):
+    ``max_bytes``: when the arrays held by the tables (and the memo) exceed it after a
+    combine, :class:`~tensoropt_py.errors.MemoryLimitError` is raised (combines are done
+    in batches of at most ``_MAX_TERMS_PER_BATCH`` terms, so one step cannot overshoot
+    by much). None: no limit.
+    """
+
+    def __init__(self, epsilon=0.0, threads=1, max_bytes=None):
         self.epsilon = float(epsilon)
         self.threads = resolve_threads(threads)
         self.executor = _executor(self.threads)
@@ -115,10 +132,28 @@ class Context:
         # eliminations see identical tables (other node/edge ids, same costs and maps)
         self._memo: OrderedDict = OrderedDict()
         self._memo_points = 0
+        self.max_bytes = max_bytes
+        self.held_bytes = 0
+        self.peak_bytes = 0
+        self._leaf_cache = {}
 
-    def register(self, tab):
+    def register(self, tab, count=True):
         tab.id = len(self.tables)
+        tab.ctx = self
         self.tables.append(tab)
+        if count:
+            self.held_bytes += tab.nbytes()
+        used = self.held_bytes + 16 * self._memo_points
+        if used > self.peak_bytes:
+            self.peak_bytes = used
+        if self.max_bytes is not None and used > self.max_bytes:
+            raise MemoryLimitError(
+                f"frontier tracking stopped: its tables hold {used / 2**20:.1f} MiB, more than the limit "
+                f"of {self.max_bytes / 2**20:.1f} MiB (max_memory); raise max_memory, use a larger epsilon, "
+                f"or exact=False with a smaller max_merged_configs",
+                used_bytes=int(used),
+                limit_bytes=int(self.max_bytes),
+            )
         return tab
 
     # ---- leaves -------------------------------------------------------------------------
@@ -133,7 +168,20 @@ class Context:
         return self.register(tab)
 
     def edge_leaf(self, e, table):
-        """Leaf of an edge: ``table`` (A, B, R, 2); cell a*B+b = reduced finite options."""
+        """Leaf of an edge: ``table`` (A, B, R, 2); cell a*B+b = reduced finite options.
+
+        Edges that share one cost table (model graphs repeat identical layers, and the
+        cost builder shares their tables) share the leaf's arrays too (counted once)."""
+        key = table_key(table)
+        hit = self._leaf_cache.get(key)
+        if hit is not None:
+            off, m, t, opts = hit
+            return self.register(FTable(off, m, t, leaf=("edge", e), options=opts), count=False)
+        tab = self._edge_leaf(e, table)
+        self._leaf_cache[key] = (tab.offsets, tab.mem, tab.time, tab.options)
+        return tab
+
+    def _edge_leaf(self, e, table):
         A, B, R, _ = table.shape
         mem = table[..., 0].reshape(A * B, R)
         tim = table[..., 1].reshape(A * B, R)
@@ -183,7 +231,7 @@ class Context:
         if (term_cells[:, multi] < 0).any():
             return None
         sizes = np.stack([np.diff(parents[s].offsets)[term_cells[:, s]] for s in multi], axis=1).astype(np.float64)
-        direct = float((sizes.prod(axis=1) / sizes.max(axis=1)).sum())
+        direct = float((sizes.prod(axis=1) / np.maximum(sizes.max(axis=1), 1.0)).sum())
         if direct <= _STAGE_FACTOR * term_cells.shape[0]:
             return None
         first = multi[:-1]
@@ -261,6 +309,11 @@ class Context:
         for p in pieces:
             p.release()
         return self.register(tab)
+
+
+def table_key(table):
+    """Identity of an edge cost array's memory (views of one array give the same key)."""
+    return (table.__array_interface__["data"][0], table.shape, table.strides)
 
 
 def _unique_rows(rows, radices):

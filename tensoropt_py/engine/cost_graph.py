@@ -1,10 +1,16 @@
-"""The engine's input: a DAG whose nodes and edges carry (memory, time) cost tables.
+"""The engine's input: a graph whose nodes and edges carry (memory, time) cost tables.
 
 See DESIGN.md "Contracts". Node ``i`` has ``K_i`` configs with costs ``(K_i, 2)``
 (memory_bytes, time_s). Edge ``(u, v, cost)`` costs ``(K_u, K_v, 2)``, or
 ``(K_u, K_v, R, 2)`` for ``R`` alternative options per config pair (``+inf`` marks an
 absent option), or a :class:`LayoutEdge` (factored by tensor layouts). A strategy picks a
 config per node and an option per edge; its cost is the sum of the picked costs (Eq. 3).
+
+Edges may close cycles: pair costs have no direction for the engine, which chooses its
+own elimination order. Costs ``>= FORBIDDEN_COST`` (1e17; 1e18 is the usual sentinel) and
+``+inf`` mark forbidden configs, options and config pairs: they are stored as ``+inf``
+(so they never enter a sum as a large finite number), and no strategy using one is
+ever returned while a strategy without them exists.
 """
 
 from __future__ import annotations
@@ -14,10 +20,25 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import CostGraphError, InvalidInputError
+from .result import TrackedFrontier
 
-__all__ = ["LayoutEdge", "CostGraph", "evaluate", "brute_force_frontier", "MAX_BRUTE_FORCE_STRATEGIES"]
+__all__ = ["LayoutEdge", "CostGraph", "evaluate", "brute_force_frontier", "MAX_BRUTE_FORCE_STRATEGIES", "FORBIDDEN_COST"]
 
 MAX_BRUTE_FORCE_STRATEGIES = 1_000_000
+FORBIDDEN_COST = 1e17
+"""Costs at or above this mark a forbidden config / option / config pair (stored as +inf)."""
+
+
+def _forbid(arr):
+    """``arr`` (..., 2) with every (memory, time) pair holding a cost >= FORBIDDEN_COST (or
+    +inf) replaced by (+inf, +inf); returns ``(array, n_forbidden)`` (the input if none)."""
+    bad = (arr >= FORBIDDEN_COST).any(axis=-1)
+    nbad = int(bad.sum())
+    if nbad == 0:
+        return arr, 0
+    out = np.array(arr, dtype=np.float64, copy=True)
+    out[bad] = np.inf
+    return out, nbad
 
 
 def _readonly(a):
@@ -120,21 +141,40 @@ class LayoutEdge:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class CostGraph:
-    """A validated cost graph (a DAG of cost tables), the input of :func:`track`.
+    """A validated cost graph (any undirected graph of cost tables), the input of :func:`track`.
 
     Parameters
     ----------
     node_costs : sequence of array_like, each (K_i, 2)
-        Memory (bytes) and time (s) of every config of node i; finite, >= 0.
+        Memory (bytes) and time (s) of every config of node i; >= 0. A config with a cost
+        ``>= FORBIDDEN_COST`` (1e17) or ``+inf`` is forbidden (stored as ``(inf, inf)``);
+        every node needs one allowed config.
     edges : sequence of (u, v, cost)
-        Directed edge u -> v; ``cost`` is ``(K_u, K_v, 2)``, ``(K_u, K_v, R, 2)`` or a
-        :class:`LayoutEdge`. ``+inf`` marks an absent option; every config pair needs one
-        finite option. Multi-edges are allowed; the graph must be acyclic.
+        Edge between u and v; ``cost`` is ``(K_u, K_v, 2)``, ``(K_u, K_v, R, 2)`` or a
+        :class:`LayoutEdge` indexed ``[k_u, k_v]``. ``+inf`` or a cost ``>= FORBIDDEN_COST``
+        marks an absent option; a config pair without any allowed option is a forbidden
+        combination. Multi-edges are allowed, and edges may close cycles: the direction
+        of an edge only fixes the index order of its table (the engine picks its own
+        elimination order; see ``topological_order`` and ``acyclic``).
+
+    Attributes
+    ----------
+    topological_order : tuple of int
+        A topological order of the edges' directions when ``acyclic``; otherwise Kahn's
+        order where, when no node is free, the remaining node with fewest remaining
+        incoming edges (then smallest index) goes next. Only used to pick where linear
+        chains start.
+    acyclic : bool
+        Whether the directed edges form a DAG.
+    n_forbidden : int
+        Number of forbidden (memory, time) entries found in the input (node configs and
+        edge options).
 
     Raises
     ------
     CostGraphError
-        With the culprit named (node/edge index, shape, value).
+        With the culprit named (node/edge index, shape, value): NaN, negative costs, bad
+        shapes, a node whose every config is forbidden.
 
     Examples
     --------
@@ -147,6 +187,8 @@ class CostGraph:
     node_costs: tuple
     edges: tuple
     topological_order: tuple = field(init=False, repr=False)
+    acyclic: bool = field(init=False, repr=False)
+    n_forbidden: int = field(init=False, repr=False)
     _norm: tuple = field(init=False, repr=False)
 
     def __post_init__(self):
@@ -160,6 +202,7 @@ class CostGraph:
         if len(nodes_in) == 0:
             raise CostGraphError("a CostGraph needs at least one node")
         nodes = []
+        n_forbidden = 0
         for i, c in enumerate(nodes_in):
             try:
                 arr = np.asarray(c, dtype=np.float64)
@@ -168,9 +211,13 @@ class CostGraph:
             if arr.ndim != 2 or arr.shape[1] != 2 or arr.shape[0] < 1:
                 raise CostGraphError(f"node {i}: costs must have shape (K, 2) with K >= 1, got {arr.shape}")
             _check_costs(arr, f"node {i}")
-            if not np.all(np.isfinite(arr)):
-                bad = tuple(int(x) for x in np.argwhere(~np.isfinite(arr))[0])
-                raise CostGraphError(f"node {i} has infinite cost at index {bad}; node costs must be finite")
+            arr, nbad = _forbid(arr)
+            n_forbidden += nbad
+            if nbad == arr.shape[0]:
+                raise CostGraphError(
+                    f"node {i}: every one of its {arr.shape[0]} configs is forbidden "
+                    f"(a cost >= {FORBIDDEN_COST:g} or +inf); no strategy exists"
+                )
             nodes.append(_readonly(arr))
         n = len(nodes)
         try:
@@ -202,8 +249,12 @@ class CostGraph:
                     raise CostGraphError(
                         f"edge {e} ({u}->{v}): dst_layout has {le.dst_layout.shape[0]} entries, node {v} has K={Kv}"
                     )
+                _check_costs(le.table, f"edge {e} ({u}->{v}) layout table")
+                tab4, nbad = _forbid(le.table)
+                n_forbidden += nbad
+                if nbad:
+                    le = LayoutEdge(le.src_layout, le.dst_layout, tab4)
                 tab = le.table if le.table.ndim == 4 else le.table[:, :, None, :]
-                _check_costs(tab, f"edge {e} ({u}->{v}) layout table")
                 smap, dmap = le.src_layout, le.dst_layout
                 stored = le
             else:
@@ -216,27 +267,22 @@ class CostGraph:
                         f"edge {e} ({u}->{v}): cost must have shape ({Ku}, {Kv}, 2) or ({Ku}, {Kv}, R, 2), got {arr.shape}"
                     )
                 _check_costs(arr, f"edge {e} ({u}->{v})")
+                arr, nbad = _forbid(arr)
+                n_forbidden += nbad
                 arr = _readonly(arr)
                 tab = arr if arr.ndim == 4 else arr[:, :, None, :]
                 smap = np.arange(Ku, dtype=np.int64)
                 dmap = np.arange(Kv, dtype=np.int64)
                 stored = arr
-            finite = np.all(np.isfinite(tab), axis=-1).any(axis=-1)  # (A, B)
-            used = finite[np.unique(smap)[:, None], np.unique(dmap)[None, :]]
-            if not used.all():
-                ua, ub = np.unique(smap), np.unique(dmap)
-                ia, ib = np.argwhere(~used)[0]
-                a, b = int(ua[ia]), int(ub[ib])
-                k = int(np.argmax(smap == a))
-                p = int(np.argmax(dmap == b))
-                where = f"layout pair ({a}, {b}), e.g. config pair ({k}, {p})" if isinstance(cost, LayoutEdge) else f"config pair ({k}, {p})"
-                raise CostGraphError(f"edge {e} ({u}->{v}): every option of {where} is +inf (no way to connect them)")
             edges.append((u, v, stored))
             norm.append((u, v, smap, dmap, tab))
         object.__setattr__(self, "node_costs", tuple(nodes))
         object.__setattr__(self, "edges", tuple(edges))
         object.__setattr__(self, "_norm", tuple(norm))
-        object.__setattr__(self, "topological_order", _toposort(n, [(u, v) for u, v, _ in edges]))
+        order, acyclic = _toposort(n, [(u, v) for u, v, _ in edges])
+        object.__setattr__(self, "topological_order", order)
+        object.__setattr__(self, "acyclic", acyclic)
+        object.__setattr__(self, "n_forbidden", n_forbidden)
 
     @property
     def n_nodes(self):
@@ -296,36 +342,44 @@ class CostGraph:
 
 
 def _toposort(n, edges):
+    """``(order, acyclic)``: Kahn's order (smallest free index first); on a cycle, the
+    remaining node with fewest remaining incoming edges (then smallest index) is taken
+    next, so every graph gets an order."""
+    import heapq
+
     indeg = [0] * n
     out = [[] for _ in range(n)]
     for u, v in edges:
         out[u].append(v)
         indeg[v] += 1
-    import heapq
-
     ready = [i for i in range(n) if indeg[i] == 0]
     heapq.heapify(ready)
+    stuck = [(indeg[i], i) for i in range(n) if indeg[i] > 0]  # lazily updated
+    heapq.heapify(stuck)
+    done = [False] * n
     order = []
-    while ready:
-        x = heapq.heappop(ready)
+    acyclic = True
+    while len(order) < n:
+        if ready:
+            x = heapq.heappop(ready)
+            if done[x]:
+                continue
+        else:
+            d, x = heapq.heappop(stuck)
+            if done[x] or d != indeg[x]:
+                continue
+            acyclic = False
+        done[x] = True
         order.append(x)
         for y in out[x]:
             indeg[y] -= 1
+            if done[y]:
+                continue
             if indeg[y] == 0:
                 heapq.heappush(ready, y)
-    if len(order) < n:
-        # find an explicit cycle among the remaining nodes
-        rem = {i for i in range(n) if indeg[i] > 0}
-        x = min(rem)
-        seen = {}
-        path = []
-        while x not in seen:
-            seen[x] = len(path)
-            path.append(x)
-            x = next(y for y in out[x] if y in rem)
-        cyc = path[seen[x]:] + [x]
-        raise CostGraphError(f"the graph has a cycle: {' -> '.join(map(str, cyc))} (edges must form a DAG)")
-    return tuple(order)
+            else:
+                heapq.heappush(stuck, (indeg[y], y))
+    return tuple(order), acyclic
 
 
 def _check_choices(cg, choices, edge_choices):
@@ -418,8 +472,6 @@ def brute_force_frontier(cg, max_strategies=MAX_BRUTE_FORCE_STRATEGIES):
     ([1.0, 2.0, 3.0], [3.0, 2.0, 1.0])
     """
     import time as _time
-
-    from .track import TrackedFrontier
 
     if not isinstance(cg, CostGraph):
         raise InvalidInputError(f"cg must be a CostGraph, got {type(cg).__name__}")

@@ -19,7 +19,7 @@ from .._random import as_generator
 from ..errors import InvalidInputError
 from .cost_graph import CostGraph, LayoutEdge
 
-__all__ = ["random_chain", "random_layered_dag", "random_small_dag"]
+__all__ = ["random_chain", "random_layered_dag", "random_small_dag", "random_cyclic_graph"]
 
 
 def _check_int(name, x, lo):
@@ -233,4 +233,74 @@ def random_small_dag(n_nodes=None, max_k=4, edge_prob=0.35, multi_edge_prob=0.15
                 for _ in range(reps):
                     b.edge(u, v, layout=bool(rng.uniform() < layout_prob),
                            options=int(rng.integers(1, max_options + 1)))
+    return b.build()
+
+
+def random_cyclic_graph(n_nodes=None, max_k=3, edge_prob=0.45, forbidden_prob=0.0, max_options=2,
+                        seed=None, integer_costs=True):
+    """A small random undirected-style cost graph whose edges close cycles (brute-force tests).
+
+    Edges join random node pairs in random directions (so the directed edges usually form
+    cycles), with dense or :class:`LayoutEdge` tables and 1 to ``max_options`` options;
+    a ring through every node guarantees at least one cycle when ``n_nodes >= 3``. With
+    ``forbidden_prob > 0`` that fraction of node configs and of edge entries gets the
+    sentinel cost ``1e18`` (a forbidden config / combination; config 0 of every node
+    stays allowed).
+
+    Parameters
+    ----------
+    n_nodes : int >= 1 or None
+        None: random in 3..7.
+    max_k : int >= 1
+        Configs per node drawn from 1..max_k.
+    edge_prob : float in [0, 1]
+        Probability of an extra edge per node pair (besides the ring).
+    forbidden_prob : float in [0, 1)
+        Probability that a node config or an edge entry is forbidden (1e18).
+    max_options : int >= 1
+    seed : None, int or Generator
+    integer_costs : bool
+
+    Examples
+    --------
+    >>> cg = random_cyclic_graph(4, seed=0)
+    >>> cg.acyclic
+    False
+    """
+    rng = as_generator(seed)
+    if n_nodes is None:
+        n_nodes = int(rng.integers(3, 8))
+    n_nodes = _check_int("n_nodes", n_nodes, 1)
+    max_k = _check_int("max_k", max_k, 1)
+    max_options = _check_int("max_options", max_options, 1)
+    if not 0 <= edge_prob <= 1:
+        raise InvalidInputError(f"edge_prob must be in [0, 1], got {edge_prob!r}")
+    if not 0 <= forbidden_prob < 1:
+        raise InvalidInputError(f"forbidden_prob must be in [0, 1), got {forbidden_prob!r}")
+    b = _Builder(rng, None, 1, integer_costs, 0.2)
+    for _ in range(n_nodes):
+        b.node(int(rng.integers(1, max_k + 1)))
+    pairs = [(i, (i + 1) % n_nodes) for i in range(n_nodes)] if n_nodes >= 3 else []
+    for a in range(n_nodes):
+        for c in range(a + 1, n_nodes):
+            if rng.uniform() < edge_prob:
+                pairs.append((c, a) if rng.uniform() < 0.5 else (a, c))
+    for u, v in pairs:
+        b.edge(u, v, layout=bool(rng.uniform() < 0.3), options=int(rng.integers(1, max_options + 1)))
+    if forbidden_prob > 0:
+        for c in b.nodes:
+            bad = rng.uniform(size=c.shape[0]) < forbidden_prob
+            bad[0] = False
+            c[bad, int(rng.integers(0, 2))] = 1e18
+        edges = []
+        for u, v, cost in b.edges:
+            if isinstance(cost, LayoutEdge):
+                tab = np.array(cost.table)
+                tab[rng.uniform(size=tab.shape[:-1]) < forbidden_prob, int(rng.integers(0, 2))] = 1e18
+                cost = LayoutEdge(cost.src_layout, cost.dst_layout, tab)
+            else:
+                cost = np.array(cost)
+                cost[rng.uniform(size=cost.shape[:-1]) < forbidden_prob, int(rng.integers(0, 2))] = 1e18
+            edges.append((u, v, cost))
+        b.edges = edges
     return b.build()

@@ -6,7 +6,9 @@ Guarantees
   all strategies (one point per distinct (memory, time) pair), for both methods.
 * ``exact=False``: heuristic elimination (Eq. 7) is used only where branch elimination
   would give a node more than ``max_merged_configs`` configs; the result is then a subset of
-  achievable strategies that may miss parts of the true frontier.
+  achievable strategies that may miss parts of the true frontier. By default
+  (``anchors="auto"``) the exact fastest and smallest strategies (:func:`min_sum`) are
+  added to any result that may be approximate, so both ends of the frontier are exact.
 * Every returned point is achievable: ``evaluate(cg, fr.choices, fr.edge_choices)``
   gives back ``fr.memory`` and ``fr.time`` (up to float rounding of the summation order).
 * ``epsilon > 0`` (epsilon-Pareto thinning). Every reduce that unions several candidate
@@ -30,82 +32,21 @@ Guarantees
 from __future__ import annotations
 
 import time as _time
-from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
-from ..errors import InvalidInputError
+from ..errors import InfeasibleError, InvalidInputError, MemoryLimitError
 from ..elimination.kernels import check_epsilon, resolve_threads
 from .cost_graph import CostGraph
+from .result import TrackedFrontier
 
 __all__ = ["TrackedFrontier", "track", "DEFAULT_MAX_MERGED_CONFIGS", "METHODS", "HEURISTIC_CHOICES"]
 
 DEFAULT_MAX_MERGED_CONFIGS = 1024
+_MAX_DEGRADED_EPSILON = 0.1
 METHODS = ("ldp", "elimination")
 HEURISTIC_CHOICES = ("auto", "min_memory", "weighted")
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class TrackedFrontier:
-    """The cost frontier of a CostGraph with the strategy of every point.
-
-    Attributes
-    ----------
-    memory, time : ndarray of float64, shape (P,)
-        Memory ascending, time strictly descending.
-    choices : ndarray of int64, shape (P, n_nodes)
-        Config index of every node, per point.
-    edge_choices : ndarray of int64, shape (P, n_edges)
-        Chosen option of every edge (order of ``cg.edges``; 0 where R == 1).
-    method : str
-        ``"ldp"``, ``"elimination"`` or ``"brute_force"``.
-    exact : bool
-    epsilon : float
-    epsilon_depth : int
-        L, the largest number of epsilon-thinning steps along any derivation (0 if epsilon = 0).
-    n_heuristic : int
-        Number of heuristic eliminations (0 means the frontier is exact up to epsilon).
-    n_branch : int
-        Number of branch eliminations.
-    seconds : float
-        Wall-clock time of the run.
-    stats : dict
-        More counters (eliminations of each kind, kernel calls, points produced...).
-    """
-
-    memory: np.ndarray
-    time: np.ndarray
-    choices: np.ndarray
-    edge_choices: np.ndarray
-    method: str
-    exact: bool
-    epsilon: float
-    epsilon_depth: int
-    n_heuristic: int
-    n_branch: int
-    seconds: float
-    stats: dict = None
-
-    def __len__(self):
-        return int(self.memory.shape[0])
-
-    @property
-    def memory_bound_factor(self):
-        """``(1 + epsilon) ** epsilon_depth``: the proven bound on the memory loss."""
-        return float((1.0 + self.epsilon) ** self.epsilon_depth)
-
-    def points(self):
-        """``(P, 2)`` array of (memory, time)."""
-        return np.stack([self.memory, self.time], axis=1)
-
-    def __str__(self):
-        return (
-            f"TrackedFrontier(points={len(self)}, method={self.method!r}, exact={self.exact}, "
-            f"epsilon={self.epsilon:g}, heuristic={self.n_heuristic}, seconds={self.seconds:.3g})"
-        )
-
-    __repr__ = __str__
 
 
 def _validate(cg, method, exact, epsilon, threads, max_merged_configs, heuristic):
@@ -124,13 +65,45 @@ def _validate(cg, method, exact, epsilon, threads, max_merged_configs, heuristic
     return eps, threads
 
 
-def build_working_graph(cg, epsilon=0.0, threads=1):
+def default_max_memory():
+    """60% of the memory available now (``MemAvailable`` on Linux; 8 GiB if unknown)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(int(line.split()[1]) * 1024 * 0.6)
+    except OSError:  # pragma: no cover - not Linux
+        pass
+    return 8 << 30  # pragma: no cover
+
+
+def leaf_bytes(cg):
+    """Bytes the leaf tables of ``cg`` need (one point per node config and per edge
+    layout pair and option, with offsets; edges sharing a cost array share their leaf):
+    the floor of any run's memory."""
+    from ..elimination.table import table_key
+
+    total = 0
+    for c in cg.node_costs:
+        total += 24 * c.shape[0]
+    seen = set()
+    for _, _, _, _, tab in cg._norm:
+        key = table_key(tab)
+        if key in seen:
+            continue
+        seen.add(key)
+        A, B, R, _ = tab.shape
+        total += A * B * (16 * R + 8 + (2 * R if R > 1 else 1))
+    return int(total)
+
+
+def build_working_graph(cg, epsilon=0.0, threads=1, max_bytes=None):
     """The working graph of ``cg`` (leaf tables for every node and edge; parallel edges
     already merged by edge elimination). Internal; used by :func:`track` and the tests."""
     from ..elimination.table import Context
     from ..elimination.working_graph import WEdge, WGraph
 
-    ctx = Context(epsilon, threads)
+    ctx = Context(epsilon, threads, max_bytes)
     g = WGraph(ctx)
     for i, c in enumerate(cg.node_costs):
         K = c.shape[0]
@@ -157,7 +130,30 @@ def finish(g, n_nodes, n_edges):
     return final, choices, edge_choices
 
 
-def _run(cg, method, exact, eps, threads, max_merged_configs, heuristic, fork=False):
+class _Progress:
+    """Rate-limited progress reports of a tracking run (see ``track(progress=...)``)."""
+
+    def __init__(self, callback, n_nodes, every=0.5):
+        self.callback = callback
+        self.n = max(n_nodes, 1)
+        self.every = every
+        self.t0 = _time.perf_counter()
+        self.last = -1e9
+        self.run = 1
+
+    def report(self, stage, left, points, force=False):
+        now = _time.perf_counter()
+        if not force and now - self.last < self.every:
+            return
+        self.last = now
+        elapsed = now - self.t0
+        done = self.n - left
+        est = elapsed * left / done if done > 0 and stage == "eliminate" else None
+        self.callback(dict(stage=stage, run=self.run, nodes_left=int(left), nodes=self.n,
+                           points=int(points), elapsed_s=elapsed, estimate_left_s=est))
+
+
+def _run(cg, method, exact, eps, threads, max_merged_configs, heuristic, fork=False, max_bytes=None, progress=None):
     """One tracking run. With ``fork`` (``heuristic="auto"``), the state just before the
     first heuristic elimination is snapshotted; the snapshot is then resumed with the
     ``"weighted"`` heuristic (the run itself uses ``heuristic``), which gives exactly what
@@ -165,7 +161,7 @@ def _run(cg, method, exact, eps, threads, max_merged_configs, heuristic, fork=Fa
     two results ``(mem, time, choices, edge_choices, depth, stats)``."""
     from ..elimination.driver import simplify
 
-    g = build_working_graph(cg, eps, threads)
+    g = build_working_graph(cg, eps, threads, max_bytes)
     ctx = g.ctx
     snap = []
 
@@ -175,14 +171,25 @@ def _run(cg, method, exact, eps, threads, max_merged_configs, heuristic, fork=Fa
             tab.pinned = True
         snap.append((h, marker.copy(h) if marker is not None else None))
 
+    step = None
+    if progress is not None:
+        def step(gg):
+            progress.report("eliminate", len(gg.nodes), ctx.stats["points"])
+
     chains = simplify(g, method, exact, max_merged_configs, heuristic, cg.topological_order,
-                      on_heuristic=fork_hook if fork else None)
+                      on_heuristic=fork_hook if fork else None, on_step=step)
+    if progress is not None:
+        progress.report("finish", len(g.nodes), ctx.stats["points"], force=True)
     results = [_finish_run(cg, g, chains)]
     if snap:
         h, marker = snap[0]
         for tab in ctx.tables:
             tab.pinned = False
-        chains = simplify(h, method, exact, max_merged_configs, "weighted", cg.topological_order, marker=marker)
+        if progress is not None:
+            progress.run = 2
+            progress.report("resume with the weighted heuristic", len(h.nodes), ctx.stats["points"], force=True)
+        chains = simplify(h, method, exact, max_merged_configs, "weighted", cg.topological_order, marker=marker,
+                          on_step=step)
         results.append(_finish_run(cg, h, chains))
     return results
 
@@ -202,7 +209,53 @@ def _finish_run(cg, g, chains):
     stats["ldp_steps"] = n_ldp
     stats["chains"] = len(chains)
     stats["stored_points"] = int(sum(t.n_points for t in ctx.tables))
-    return final.mem.copy(), final.time.copy(), choices, edge_choices, final.depth, stats
+    stats["peak_table_bytes"] = int(ctx.peak_bytes)
+    mem, tim = final.mem.copy(), final.time.copy()
+    ok = np.isfinite(mem) & np.isfinite(tim)  # forbidden costs are +inf: never returned
+    if not ok.all():
+        mem, tim, choices, edge_choices = mem[ok], tim[ok], choices[ok], edge_choices[ok]
+    return mem, tim, choices, edge_choices, final.depth, stats
+
+
+def _union(mem, tim, ch, ech, mem2, tim2, ch2, ech2):
+    """Reduced union of two frontiers with their strategies; also the kept indices."""
+    mem_all = np.concatenate([mem, mem2])
+    tim_all = np.concatenate([tim, tim2])
+    order = np.lexsort((np.arange(mem_all.size), tim_all, mem_all))
+    ts = tim_all[order]
+    prev = np.minimum.accumulate(np.concatenate([[np.inf], ts[:-1]]))
+    keep = order[ts < prev]
+    return mem_all[keep], tim_all[keep], np.concatenate([ch, ch2])[keep], np.concatenate([ech, ech2])[keep], keep
+
+
+def _add_anchors(cg, mem, tim, ch, ech, stats, strict, max_bytes):
+    """Union the fastest and the smallest strategy (exact, :func:`min_sum`) into a frontier."""
+    from ..errors import InfeasibleError as _Infeasible
+    from .scalar import MAX_FACTOR_ENTRIES, min_sum
+
+    t0 = _time.perf_counter()
+    opts = []
+    try:
+        for lam in (0.0, np.inf):
+            # a few factors of max_entries float64 may be alive at once: keep them under max_memory
+            opts.append(min_sum(cg, lam, max_entries=max(1, min(MAX_FACTOR_ENTRIES, max_bytes // 64))))
+    except _Infeasible:
+        stats["anchors"] = "infeasible"
+        return mem, tim, ch, ech
+    except InvalidInputError as exc:  # too wide for exact variable elimination
+        if strict:
+            raise
+        stats["anchors"] = f"skipped: {exc}"
+        return mem, tim, ch, ech
+    am = np.array([o.memory for o in opts])
+    at = np.array([o.time for o in opts])
+    ach = np.stack([o.choices for o in opts])
+    aech = np.stack([o.edge_choices for o in opts]).reshape(len(opts), cg.n_edges)
+    n0 = mem.size
+    mem, tim, ch, ech, keep = _union(mem, tim, ch, ech, am, at, ach, aech)
+    stats["anchors"] = int((keep >= n0).sum())  # anchor points that were missing
+    stats["anchor_seconds"] = _time.perf_counter() - t0
+    return mem, tim, ch, ech
 
 
 def track(
@@ -213,6 +266,10 @@ def track(
     threads: int | None = None,
     max_merged_configs: int = DEFAULT_MAX_MERGED_CONFIGS,
     heuristic: Literal["auto", "min_memory", "weighted"] = "auto",
+    anchors: Literal["auto"] | bool = "auto",
+    max_memory: int | None = None,
+    on_memory_limit: Literal["epsilon", "raise"] = "epsilon",
+    progress=None,
 ) -> TrackedFrontier:
     """Track the cost frontier of a CostGraph (TensorOpt Alg. 2, FT).
 
@@ -241,6 +298,30 @@ def track(
         state just before the first heuristic elimination is snapshotted and resumed
         with ``"weighted"``, so the shared prefix is computed once).
 
+    anchors : {"auto", True, False}
+        Union into the result the exact single-objective optima of :func:`min_sum`: the
+        fastest strategy (``lam = 0``) and the smallest one (``lam = inf``), so that an
+        approximate frontier still contains (or dominates) both ends. ``"auto"``: only
+        when the result may be approximate (a heuristic elimination was used, or
+        ``epsilon > 0``) and the graph is narrow enough for :func:`min_sum` (it is skipped
+        otherwise; ``stats["anchors"]`` says what happened).
+
+    max_memory : int or None
+        Bytes the frontier tables may hold (None: 60% of the memory available at the
+        start, :func:`default_max_memory`). Checked after every combine step.
+    on_memory_limit : {"epsilon", "raise"}
+        What happens when a run would exceed ``max_memory``: ``"epsilon"`` retries with
+        a 10x larger epsilon (starting at 1e-3, at most 0.1; the run's
+        ``epsilon`` and ``memory_bound_factor`` report the bound that holds), then raises;
+        ``"raise"`` raises :class:`~tensoropt_py.errors.MemoryLimitError` at once.
+
+    progress : callable or None
+        Called (at most every 0.5 s, and at each stage change) with a dict: ``stage``
+        (``"eliminate"``, ``"finish"``, ...), ``run`` (2 while resuming with the weighted
+        heuristic), ``nodes_left``, ``nodes``, ``points`` (frontier points produced so far),
+        ``elapsed_s`` and ``estimate_left_s`` (linear in the nodes eliminated; None when
+        unknown).
+
     Returns
     -------
     TrackedFrontier
@@ -256,6 +337,10 @@ def track(
     ------
     InvalidInputError
         For a bad method, epsilon, threads, max_merged_configs or heuristic.
+    InfeasibleError
+        When every strategy uses a forbidden cost (see :class:`CostGraph`).
+    MemoryLimitError
+        When the tables would exceed ``max_memory`` (after the epsilon retries).
 
     Examples
     --------
@@ -269,25 +354,63 @@ def track(
     [0, 1, 2, 3]
     """
     eps, threads = _validate(cg, method, exact, epsilon, threads, max_merged_configs, heuristic)
+    if progress is not None and not callable(progress):
+        raise InvalidInputError(f"progress must be a callable or None, got {type(progress).__name__}")
+    if anchors not in ("auto", True, False):
+        raise InvalidInputError(f"anchors must be 'auto', True or False, got {anchors!r}")
+    if on_memory_limit not in ("epsilon", "raise"):
+        raise InvalidInputError(f"on_memory_limit must be 'epsilon' or 'raise', got {on_memory_limit!r}")
+    if max_memory is None:
+        max_memory = default_max_memory()
+    elif isinstance(max_memory, bool) or not isinstance(max_memory, (int, np.integer, float)) or not max_memory > 0:
+        raise InvalidInputError(f"max_memory must be a positive number of bytes or None, got {max_memory!r}")
+    need = leaf_bytes(cg)
+    if need > max_memory:
+        raise MemoryLimitError(
+            f"the leaf tables of this cost graph alone need {need / 2**20:.1f} MiB (its edge tables: "
+            f"{cg.n_edges} edges, up to {max(cg.n_configs)} configs per node), more than max_memory = "
+            f"{max_memory / 2**20:.1f} MiB; fewer configs per operator (max_configs) or more memory is needed",
+            used_bytes=need,
+            limit_bytes=int(max_memory),
+        )
     t0 = _time.perf_counter()
     first = "min_memory" if heuristic in ("auto", "min_memory") else "weighted"
-    runs = _run(cg, method, bool(exact), eps, threads, int(max_merged_configs), first, fork=heuristic == "auto")
+    retries = []
+    while True:
+        try:
+            runs = _run(cg, method, bool(exact), eps, threads, int(max_merged_configs), first,
+                        fork=heuristic == "auto", max_bytes=int(max_memory),
+                        progress=None if progress is None else _Progress(progress, cg.n_nodes))
+            break
+        except MemoryLimitError as exc:
+            if on_memory_limit == "raise" or eps >= _MAX_DEGRADED_EPSILON:
+                raise
+            retries.append((eps, exc.used_bytes))
+            eps = min(_MAX_DEGRADED_EPSILON, max(1e-3, eps * 10))
     mem, tim, ch, ech, depth, stats = runs[0]
     n_heur = stats["heuristic"]
     if len(runs) > 1:
         mem2, tim2, ch2, ech2, depth2, stats2 = runs[1]
-        mem_all = np.concatenate([mem, mem2])
-        tim_all = np.concatenate([tim, tim2])
-        order = np.lexsort((np.arange(mem_all.size), tim_all, mem_all))
-        ts = tim_all[order]
-        prev = np.minimum.accumulate(np.concatenate([[np.inf], ts[:-1]]))
-        keep = order[ts < prev]
-        mem, tim = mem_all[keep], tim_all[keep]
-        ch = np.concatenate([ch, ch2])[keep]
-        ech = np.concatenate([ech, ech2])[keep]
+        n_first = mem.size
+        mem, tim, ch, ech, keep = _union(mem, tim, ch, ech, mem2, tim2, ch2, ech2)
         depth = max(depth, depth2)
         stats["heuristic_runs"] = 2
-        stats["points_from_weighted"] = int((keep >= mem_all.size - mem2.size).sum())
+        stats["points_from_weighted"] = int((keep >= n_first).sum())
+    if anchors is True or (anchors == "auto" and (n_heur > 0 or eps > 0)):
+        mem, tim, ch, ech = _add_anchors(cg, mem, tim, ch, ech, stats, strict=anchors is True, max_bytes=int(max_memory))
+    else:
+        stats["anchors"] = "off"
+    if retries:
+        stats["memory_limit_retries"] = retries  # (epsilon, bytes held) of every stopped run
+    if mem.size == 0:
+        why = (
+            f" with the configs fixed by {n_heur} heuristic elimination(s); exact=True searches all strategies"
+            if n_heur
+            else ""
+        )
+        raise InfeasibleError(
+            f"every strategy of this cost graph uses a forbidden cost (>= FORBIDDEN_COST or +inf){why}"
+        )
     return TrackedFrontier(
         memory=mem,
         time=tim,

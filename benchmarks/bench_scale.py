@@ -1,0 +1,162 @@
+"""The engine at scale, in one run (prints a table; no asserts).
+
+Cases (each in a fresh subprocess with a time limit, so the script always finishes):
+
+* ``transformer16_track``: ``track`` of the CostGraph of ``to.frontier("transformer",
+  "v100-2x8", devices=16)`` with default settings: seconds, points, heuristic eliminations, whether the exact fastest/smallest
+  strategies had to be added (anchors), peak bytes of the frontier tables;
+* ``fastest``: the frontier's fastest and smallest points vs the OptCNN baseline and vs
+  the exact single-objective optima (:func:`tensoropt_py.engine.min_sum`), and the
+  measured gap of the frontier's ``min(time + lam * memory)`` to the exact optimum for
+  several ``lam`` (how approximate the default frontier is, measured);
+* ``threads``: ``track`` on the Transformer at ``--thread-devices`` devices with
+  ``threads=1, 2, ...`` (``--threads``), epsilon 1e-3;
+* ``cyclic``: random cyclic graphs with 1e18 sentinels: exact ``track`` (both methods)
+  vs brute force (count of identical frontiers) and ``min_sum`` vs brute force;
+* ``llama``: a Llama-3-8B-shaped model (32 layers, hidden 4096, GQA 32/8, FFN 14336,
+  vocab 128256, batch 32 x 2048) imported from Hugging Face on the meta device, tracked
+  on 32 devices of ``h100-4x8`` and 64 of ``h100-8x8`` with ``max_memory=--max-memory``.
+
+Usage: python benchmarks/bench_scale.py [--cases transformer16_track fastest threads cyclic llama]
+       [--timeout 600] [--threads 1 2] [--thread-devices 8] [--max-memory 4e9]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+_PRE = r"""
+import json, sys, time
+sys.path.insert(0, {root!r})
+import numpy as np
+import tensoropt_py as to
+from tensoropt_py.graph import zoo
+from tensoropt_py.cost.builder import build_cost_graph
+from tensoropt_py.engine import track, min_sum, brute_force_frontier
+def out(**kw):
+    print(json.dumps(kw), flush=True)
+"""
+
+CASES = {
+    "transformer16_track": r"""
+cg = build_cost_graph(zoo.transformer(), to.Cluster.preset("v100-2x8"), 16).cost_graph
+t0 = time.perf_counter()
+fr = track(cg, threads={threads})
+t1 = time.perf_counter()
+st = fr.stats
+out(case="transformer16_track", seconds=t1 - t0, points=len(fr), heuristic=fr.n_heuristic,
+    anchors=str(st.get("anchors"))[:80], anchor_s=st.get("anchor_seconds"), peak_gib=st["peak_table_bytes"] / 2**30,
+    fastest=[float(fr.memory[-1]), float(fr.time[-1])], smallest=[float(fr.memory[0]), float(fr.time[0])])
+np.savez("/tmp/_bench_scale_t16.npz", memory=fr.memory, time=fr.time)
+""",
+    "fastest": r"""
+from tensoropt_py.baselines import optcnn
+g = zoo.transformer(); cl = to.Cluster.preset("v100-2x8")
+cg = build_cost_graph(g, cl, 16).cost_graph
+d = np.load("/tmp/_bench_scale_t16.npz")
+m, t = d["memory"], d["time"]
+t0 = time.perf_counter(); p = optcnn(g, cl, 16); t1 = time.perf_counter()
+out(case="optcnn", seconds=t1 - t0, memory=p.memory, time=p.time, frontier_fastest_time=float(t.min()))
+for lam in [0.0, 1e-11, 3e-11, 1e-10, 3e-10, float("inf")]:
+    t0 = time.perf_counter(); o = min_sum(cg, lam); s = time.perf_counter() - t0
+    fmin = float(m.min()) if np.isinf(lam) else float((t + lam * m).min())
+    out(case="min_sum", lam=lam, seconds=s, exact=o.value, frontier=fmin, rel_gap=(fmin - o.value) / o.value,
+        memory=o.memory, time=o.time)
+""",
+    "threads": r"""
+cg = build_cost_graph(zoo.transformer(), to.Cluster.preset("v100-2x8"), {devices}).cost_graph
+for th in {threads_list}:
+    t0 = time.perf_counter(); fr = track(cg, epsilon=1e-3, threads=th, anchors=False); s = time.perf_counter() - t0
+    out(case="threads", devices={devices}, threads=th, seconds=s, points=len(fr))
+""",
+    "cyclic": r"""
+from tensoropt_py.engine.random_graphs import random_cyclic_graph
+from tensoropt_py.errors import InfeasibleError
+same = {{"ldp": 0, "elimination": 0}}; n = 0; infeasible = 0; ms_ok = 0; tb = tt = 0.0
+for seed in range(200):
+    cg = random_cyclic_graph(n_nodes=7, max_k=3, edge_prob=0.5, forbidden_prob=0.05, seed=seed)
+    if cg.n_strategies() > 300_000:
+        continue
+    t0 = time.perf_counter(); bf = brute_force_frontier(cg); tb += time.perf_counter() - t0
+    if len(bf) == 0:
+        infeasible += 1
+        continue
+    n += 1
+    for meth in same:
+        t0 = time.perf_counter(); fr = track(cg, method=meth, exact=True); tt += time.perf_counter() - t0
+        same[meth] += int(np.array_equal(fr.memory, bf.memory) and np.array_equal(fr.time, bf.time))
+    ms_ok += int(all(np.isclose(min_sum(cg, lam).value, (bf.time + lam * bf.memory).min(), rtol=1e-12)
+                     for lam in (0.0, 1e-9, 1e-6)))
+out(case="cyclic", graphs=n, infeasible=infeasible, same_ldp=same["ldp"], same_elimination=same["elimination"],
+    min_sum_ok=ms_ok, brute_s=tb, track_s=tt)
+""",
+    "llama": r"""
+import torch, transformers
+from tensoropt_py.graph import from_torch
+t0 = time.perf_counter()
+cfg = transformers.LlamaConfig(num_hidden_layers=32, hidden_size=4096, num_attention_heads=32, num_key_value_heads=8,
+                               intermediate_size=14336, vocab_size=128256, max_position_embeddings=2048, use_cache=False)
+with torch.device("meta"):
+    model = transformers.LlamaForCausalLM(cfg)
+ids = torch.zeros((32, 2048), dtype=torch.long, device="meta")
+g = from_torch(model, kwargs={{"input_ids": ids, "labels": ids}})
+out(case="llama_import", seconds=time.perf_counter() - t0)
+for preset, devices in (("h100-4x8", 32), ("h100-8x8", 64)):
+    t0 = time.perf_counter(); cg = build_cost_graph(g, to.Cluster.preset(preset), devices).cost_graph; tb = time.perf_counter() - t0
+    out(case="llama_build", devices=devices, seconds=tb, graph=str(cg))
+    t0 = time.perf_counter()
+    try:
+        fr = track(cg, max_memory={max_memory})
+    except Exception as exc:
+        out(case="llama", devices=devices, error=f"{{type(exc).__name__}}: {{exc}}"[:300], seconds=time.perf_counter() - t0)
+        continue
+    st = fr.stats
+    out(case="llama", devices=devices, seconds=time.perf_counter() - t0, points=len(fr), epsilon=fr.epsilon,
+        bound=fr.memory_bound_factor, heuristic=fr.n_heuristic, anchors=str(st.get("anchors"))[:80],
+        retries=st.get("memory_limit_retries"), peak_gib=st["peak_table_bytes"] / 2**30,
+        fastest=[float(fr.memory[-1]), float(fr.time[-1])], smallest=[float(fr.memory[0]), float(fr.time[0])])
+""",
+}
+
+
+def run(code, timeout):
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+        out, status = proc.stdout, ("ok" if proc.returncode == 0 else f"rc={proc.returncode}: {proc.stderr.strip()[-300:]}")
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        status = f"timeout after {timeout:.0f} s"
+    for line in out.splitlines():
+        if line.startswith("{"):
+            print(line, flush=True)
+    print(json.dumps({"status": status, "wall_s": round(time.perf_counter() - t0, 2)}), flush=True)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", nargs="+", default=["transformer16_track", "fastest", "threads", "cyclic"],
+                    choices=list(CASES))
+    ap.add_argument("--timeout", type=float, default=600.0)
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--track-threads", type=int, default=None, help="threads of the transformer16_track case")
+    ap.add_argument("--thread-devices", type=int, default=8)
+    ap.add_argument("--max-memory", type=float, default=4e9)
+    args = ap.parse_args(argv)
+    for case in args.cases:
+        code = _PRE.format(root=ROOT) + CASES[case].format(
+            threads=args.track_threads, threads_list=list(args.threads), devices=args.thread_devices,
+            max_memory=int(args.max_memory))
+        print(f"# {case}", flush=True)
+        run(code, args.timeout)
+
+
+if __name__ == "__main__":
+    main()

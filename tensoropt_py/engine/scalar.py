@@ -1,0 +1,269 @@
+"""Single-objective optimum of a CostGraph: ``min over strategies of time + lam * memory``.
+
+An independent check of :func:`~tensoropt_py.engine.track`: every point of the exact
+frontier is a strategy, and the frontier contains a minimiser of any non-negative
+weighting of its two costs, so ``min(fr.time + lam * fr.memory)`` must equal
+:func:`min_sum` for every ``lam >= 0`` (and ``lam = inf`` gives the least memory).
+
+The solver is plain variable elimination (bucket elimination) over scalar factors: a
+unary factor per node, a pairwise factor per edge (its options reduced by ``min``; a
+:class:`LayoutEdge` stays a table over layout classes, and every factor built later is a
+table over the classes of configs its inputs can tell apart), and the
+node whose elimination builds the smallest factor (ties: smaller degree, then index) goes first.
+It shares no code with the frontier tracking (no frontier tables, no kernels).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import InfeasibleError, InvalidInputError
+from .cost_graph import CostGraph, evaluate
+
+__all__ = ["ScalarOptimum", "min_sum", "MAX_FACTOR_ENTRIES"]
+
+MAX_FACTOR_ENTRIES = 50_000_000
+"""Largest factor (entries) :func:`min_sum` builds before refusing; an elimination may scan
+up to ``64 * MAX_FACTOR_ENTRIES`` sums (in slabs of about 4 million)."""
+_WORK_PER_ENTRY = 64
+_SLAB_ENTRIES = 1 << 22
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ScalarOptimum:
+    """The optimum of ``time + lam * memory`` and a strategy reaching it.
+
+    Attributes
+    ----------
+    value : float
+        ``time + lam * memory`` of the strategy (``memory`` alone when ``lam`` is inf).
+    memory, time : float
+        The strategy's costs (re-evaluated from the CostGraph).
+    choices : ndarray of int64, shape (n_nodes,)
+    edge_choices : ndarray of int64, shape (n_edges,)
+    lam : float
+    """
+
+    value: float
+    memory: float
+    time: float
+    choices: np.ndarray
+    edge_choices: np.ndarray
+    lam: float
+
+
+def _weigh(mem, tim, lam):
+    """Scalar cost of (memory, time) arrays; +inf where either is +inf (forbidden)."""
+    bad = ~(np.isfinite(mem) & np.isfinite(tim))
+    if math.isinf(lam):
+        out = np.array(mem, dtype=np.float64, copy=True)
+    else:
+        with np.errstate(invalid="ignore"):  # 0 * inf: forbidden entries are set below
+            out = tim + lam * mem
+    out = np.where(bad, np.inf, out)
+    return out
+
+
+def min_sum(cg, lam, max_entries=MAX_FACTOR_ENTRIES):
+    """The minimum of ``time + lam * memory`` over all strategies of ``cg`` (exact).
+
+    Parameters
+    ----------
+    cg : CostGraph
+    lam : float >= 0 or inf
+        Weight of memory (seconds per byte). ``inf`` minimises memory alone (among
+        strategies of least memory, any one is returned, not necessarily the fastest).
+    max_entries : int
+        Refuse (``InvalidInputError``) when an intermediate factor would have more
+        entries than this (the graph is too wide for exact variable elimination).
+
+    Returns
+    -------
+    ScalarOptimum
+
+    Raises
+    ------
+    InvalidInputError
+        For a bad ``lam`` or a graph too wide for ``max_entries``.
+    InfeasibleError
+        When every strategy uses a forbidden cost.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> cg = CostGraph([np.array([[1.0, 4.0], [4.0, 1.0]])] * 2, [(0, 1, np.zeros((2, 2, 2)))])
+    >>> opt = min_sum(cg, 0.5)
+    >>> opt.value, opt.choices.tolist()
+    (6.0, [1, 1])
+    """
+    if not isinstance(cg, CostGraph):
+        raise InvalidInputError(f"cg must be a CostGraph, got {type(cg).__name__}")
+    try:
+        lam = float(lam)
+    except (TypeError, ValueError):
+        raise InvalidInputError(f"lam must be a float >= 0 or inf, got {lam!r}") from None
+    if not lam >= 0:
+        raise InvalidInputError(f"lam must be a float >= 0 or inf, got {lam!r}")
+    n = cg.n_nodes
+    K = cg.n_configs
+    # a factor is (vars, maps, table): its value at configs (k_z) is table[maps[0][k_z0], ...];
+    # layout edges keep their layout classes as maps, so factors stay small
+    factors: dict[int, tuple] = {}
+    of_var: list[set] = [set() for _ in range(n)]
+    edge_opt = []  # per edge: (u, v, argmin option (A, B), smap, dmap)
+    for i, c in enumerate(cg.node_costs):
+        factors[i] = ((i,), (np.arange(K[i]),), _weigh(c[:, 0], c[:, 1], lam))
+        of_var[i].add(i)
+    for e, (u, v, smap, dmap, tab) in enumerate(cg._norm):
+        w = _weigh(tab[..., 0], tab[..., 1], lam)  # (A, B, R)
+        best = w.argmin(axis=2)
+        wmin = np.take_along_axis(w, best[..., None], axis=2)[..., 0]
+        edge_opt.append((u, v, best, smap, dmap))
+        fid = n + e
+        factors[fid] = ((u, v), (smap, dmap), wmin)
+        of_var[u].add(fid)
+        of_var[v].add(fid)
+    nbrs = [set() for _ in range(n)]
+    for u, v, _ in cg.edges:
+        nbrs[u].add(v)
+        nbrs[v].add(u)
+
+    def n_classes(fid, z):
+        fv, maps, tab = factors[fid]
+        return tab.shape[fv.index(z)]
+
+    def est_size(x):
+        size = K[x]
+        for y in nbrs[x]:
+            c = 1
+            for fid in of_var[x] & of_var[y]:
+                c *= n_classes(fid, y)
+            size *= min(c, K[y])
+        return size
+
+    import heapq
+
+    alive = set(range(n))
+    # lazily updated priority queue: only the neighbours of an eliminated node change key
+    key = {y: (est_size(y), len(nbrs[y]), y) for y in range(n)}
+    heap = list(key.values())
+    heapq.heapify(heap)
+
+    def refresh(ys):
+        for y in ys:
+            if y in alive:
+                key[y] = (est_size(y), len(nbrs[y]), y)
+                heapq.heappush(heap, key[y])
+
+    trace = []  # (x, factors it removed, representative configs of x) in elimination order
+    next_id = n + cg.n_edges
+    total = 0.0
+    while alive:
+        while True:
+            item = heapq.heappop(heap)
+            x = item[2]
+            if x in alive and key[x] == item:
+                break
+        fids = sorted(of_var[x])
+        if K[x] == 1:
+            # a constant: restrict every factor to its only config, coupling nothing
+            popped = [factors[f] for f in fids]
+            for f in fids:
+                fv, maps, tab = factors.pop(f)
+                a = fv.index(x)
+                sub = np.take(tab, int(maps[a][0]), axis=a)
+                rest = tuple(z for z in fv if z != x)
+                if rest:
+                    factors[next_id] = (rest, tuple(m for b, m in enumerate(maps) if b != a), sub)
+                    for z in rest:
+                        of_var[z].discard(f)
+                        of_var[z].add(next_id)
+                    next_id += 1
+                else:
+                    total += float(sub)
+            trace.append((x, popped, np.zeros(1, dtype=np.int64)))
+            touched = set(nbrs[x])
+            for z in nbrs[x]:
+                nbrs[z].discard(x)
+            alive.discard(x)
+            refresh(touched)
+            nbrs[x] = set()
+            of_var[x] = set()
+            continue
+        scope = [x] + sorted({z for f in fids for z in factors[f][0]} - {x})
+        inv, rep = {}, {}
+        for z in scope:
+            cols = np.stack([factors[f][1][factors[f][0].index(z)] for f in fids if z in factors[f][0]], axis=1)
+            _, rep[z], inv[z] = np.unique(cols, axis=0, return_index=True, return_inverse=True)
+            inv[z] = inv[z].reshape(-1)
+        shape = [rep[z].shape[0] for z in scope]
+        out_size = math.prod(shape[1:])
+        if out_size > max_entries or out_size * shape[0] > _WORK_PER_ENTRY * max_entries:
+            raise InvalidInputError(
+                f"min_sum: eliminating node {x} needs a factor over nodes {tuple(scope)} (classes "
+                f"{tuple(shape)}) with {out_size * shape[0]} entries, more than max_entries={max_entries} allows "
+                f"(the graph is too wide for exact elimination)"
+            )
+        subs = []
+        popped = [factors[f] for f in fids]
+        for f in fids:
+            fv, maps, tab = factors.pop(f)
+            sub = tab[np.ix_(*[maps[a][rep[z]] for a, z in enumerate(fv)])]
+            pos = [scope.index(z) for z in fv]
+            sub = sub.transpose(np.argsort(pos))
+            subs.append(sub.reshape([shape[q] if scope[q] in fv else 1 for q in range(len(scope))]))
+            for z in fv:
+                if z != x:
+                    of_var[z].discard(f)
+        # min over x, in slabs along the largest other axis (never the whole sum at once)
+        q = 1 + int(np.argmax(shape[1:])) if len(shape) > 1 else 0
+        red = np.empty(shape[1:])
+        step = max(1, _SLAB_ENTRIES // max(1, math.prod(shape) // max(shape[q], 1))) if q else 1
+        for lo in range(0, shape[q] if q else 1, step):
+            hi = lo + step
+            acc = 0.0
+            for sub in subs:
+                if q and sub.shape[q] > 1:
+                    sub = sub[(slice(None),) * q + (slice(lo, hi),)]
+                acc = acc + sub
+            # x's own unary factor spans axis 0 and every other axis has a factor: acc is full
+            red[(slice(None),) * (q - 1) + (slice(lo, hi),) if q else ()] = acc.min(axis=0)
+        others = tuple(scope[1:])
+        trace.append((x, popped, rep[x]))  # decoded later from the factors themselves
+        if others:
+            factors[next_id] = (others, tuple(inv[z] for z in others), red)
+            for z in others:
+                of_var[z].add(next_id)
+                nbrs[z].discard(x)
+                nbrs[z].update(w for w in others if w != z)
+            next_id += 1
+        else:
+            total += float(red)
+        alive.discard(x)
+        refresh(others)
+        nbrs[x] = set()
+        of_var[x] = set()
+    if not math.isfinite(total):
+        raise InfeasibleError("every strategy of this cost graph uses a forbidden cost (>= FORBIDDEN_COST or +inf)")
+    choices = np.zeros(n, dtype=np.int64)
+    for x, popped, rep in reversed(trace):
+        # every other node of these factors is decoded already: minimise over x alone
+        val = np.zeros(rep.shape[0])
+        for fv, maps, tab in popped:
+            val = val + tab[tuple(maps[a][rep] if z == x else maps[a][choices[z]] for a, z in enumerate(fv))]
+        choices[x] = int(rep[int(np.argmin(val))])
+    edge_choices = np.zeros(cg.n_edges, dtype=np.int64)
+    for e, (u, v, best, smap, dmap) in enumerate(edge_opt):
+        edge_choices[e] = int(best[smap[choices[u]], dmap[choices[v]]])
+    mem, tim = evaluate(cg, choices, edge_choices)
+    return ScalarOptimum(
+        value=float(mem[0]) if math.isinf(lam) else float(tim[0] + lam * mem[0]),
+        memory=float(mem[0]),
+        time=float(tim[0]),
+        choices=choices,
+        edge_choices=edge_choices,
+        lam=lam,
+    )

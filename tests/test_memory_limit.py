@@ -1,0 +1,88 @@
+"""track never grows past max_memory: it degrades to a larger epsilon or raises MemoryLimitError."""
+
+import numpy as np
+import pytest
+
+from tensoropt_py.engine import evaluate, track
+from tensoropt_py.engine.random_graphs import random_chain
+from tensoropt_py.errors import InvalidInputError, MemoryLimitError
+
+
+def _graph():
+    return random_chain(30, 20, layouts=4, seed=0)
+
+
+def test_raise_names_the_limit():
+    from tensoropt_py.engine.track import leaf_bytes
+
+    cg = _graph()
+    limit = leaf_bytes(cg) + 1000
+    with pytest.raises(MemoryLimitError, match=r"more than the limit of .* MiB \(max_memory\)") as info:
+        track(cg, exact=True, max_memory=limit, on_memory_limit="raise")
+    assert info.value.limit_bytes == limit and info.value.used_bytes > limit
+
+
+def test_degrades_to_a_bounded_epsilon():
+    cg = _graph()
+    full = track(cg, exact=True)
+    peak = full.stats["peak_table_bytes"]
+    assert full.epsilon == 0 and "memory_limit_retries" not in full.stats
+    fr = track(cg, exact=True, max_memory=peak // 3)
+    assert fr.epsilon > 0 and fr.stats["memory_limit_retries"][0][0] == 0.0
+    assert fr.stats["peak_table_bytes"] <= peak // 3
+    m, t = evaluate(cg, fr.choices, fr.edge_choices)
+    np.testing.assert_allclose(m, fr.memory, rtol=1e-12)
+    np.testing.assert_allclose(t, fr.time, rtol=1e-12)
+    # the epsilon guarantee holds against the exact frontier
+    bound = fr.memory_bound_factor
+    for mm, tt in zip(full.memory, full.time):
+        assert np.any((fr.time <= tt * (1 + 1e-12)) & (fr.memory <= mm * bound * (1 + 1e-12)))
+
+
+def test_gives_up_after_the_largest_epsilon():
+    from tensoropt_py.engine.track import leaf_bytes
+
+    cg = _graph()
+    with pytest.raises(MemoryLimitError, match="frontier tracking stopped") as info:
+        track(cg, exact=True, max_memory=leaf_bytes(cg) + 100)
+    assert info.value.used_bytes > leaf_bytes(cg) + 100
+
+
+@pytest.mark.parametrize("bad", [0, -5, "1GB", True])
+def test_bad_max_memory(bad):
+    with pytest.raises(InvalidInputError, match="max_memory must be a positive number of bytes"):
+        track(_graph(), max_memory=bad)
+
+
+def test_bad_on_memory_limit():
+    with pytest.raises(InvalidInputError, match="on_memory_limit must be"):
+        track(_graph(), on_memory_limit="swap")
+
+
+def test_leaf_tables_over_the_limit_are_refused_before_allocating():
+    from tensoropt_py.engine.track import leaf_bytes
+
+    cg = _graph()
+    need = leaf_bytes(cg)
+    assert need > 0
+    with pytest.raises(MemoryLimitError, match=r"the leaf tables of this cost graph alone need"):
+        track(cg, max_memory=need - 1)
+
+
+def test_edges_sharing_a_table_share_their_leaf():
+    from tensoropt_py.engine import CostGraph, LayoutEdge, brute_force_frontier
+    from tensoropt_py.engine.track import leaf_bytes
+
+    rng = np.random.default_rng(0)
+    tab = rng.integers(0, 5, (3, 3, 2, 2)).astype(float)
+    tab.flags.writeable = False
+    le = LayoutEdge([0, 1, 2], [0, 1, 2], tab)
+    nodes = [rng.integers(0, 9, (3, 2)).astype(float) for _ in range(5)]
+    shared = CostGraph(nodes, [(i, i + 1, le) for i in range(4)] + [(0, 4, le)])
+    copied = CostGraph(nodes, [(i, i + 1, LayoutEdge([0, 1, 2], [0, 1, 2], np.array(tab))) for i in range(4)])
+    assert leaf_bytes(shared) < leaf_bytes(copied)
+    fr = track(shared, exact=True)
+    bf = brute_force_frontier(shared)
+    assert np.array_equal(fr.memory, bf.memory) and np.array_equal(fr.time, bf.time)
+    m, t = evaluate(shared, fr.choices, fr.edge_choices)
+    np.testing.assert_allclose(m, fr.memory)

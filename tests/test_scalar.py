@@ -1,0 +1,96 @@
+"""min_sum (exact optimum of time + lam * memory) against brute force and the exact frontier."""
+
+import numpy as np
+import pytest
+
+import tensoropt_py as to
+from tensoropt_py.cost.builder import build_cost_graph
+from tensoropt_py.engine import CostGraph, brute_force_frontier, evaluate, min_sum, track
+from tensoropt_py.engine.random_graphs import random_chain, random_cyclic_graph, random_layered_dag, random_small_dag
+from tensoropt_py.errors import InfeasibleError, InvalidInputError
+from tensoropt_py.graph import zoo
+
+LAMS = [0.0, 1e-12, 1e-9, 1e-6, 1e-3, 1.0, np.inf]
+
+
+def _frontier_min(fr, lam):
+    return float(fr.memory.min()) if np.isinf(lam) else float((fr.time + lam * fr.memory).min())
+
+
+def _check(cg, opt, lam):
+    m, t = evaluate(cg, opt.choices, opt.edge_choices)
+    assert m[0] == pytest.approx(opt.memory, rel=1e-12) and t[0] == pytest.approx(opt.time, rel=1e-12)
+    assert opt.lam == lam
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_min_sum_equals_brute_force(seed):
+    if seed % 3 == 0:
+        cg = random_small_dag(seed=seed)
+    elif seed % 3 == 1:
+        cg = random_cyclic_graph(seed=seed, forbidden_prob=0.05)
+    else:
+        cg = random_cyclic_graph(n_nodes=6, max_k=4, edge_prob=0.6, seed=seed)
+    bf = brute_force_frontier(cg)
+    if len(bf) == 0:
+        with pytest.raises(InfeasibleError):
+            min_sum(cg, 1.0)
+        return
+    for lam in LAMS:
+        opt = min_sum(cg, lam)
+        _check(cg, opt, lam)
+        assert opt.value == pytest.approx(_frontier_min(bf, lam), rel=1e-12)
+
+
+@pytest.mark.parametrize("method", ["ldp", "elimination"])
+@pytest.mark.parametrize("seed", range(6))
+def test_min_sum_equals_exact_frontier_min(method, seed):
+    cg = random_layered_dag(5, 2, 4, layouts=2, options=2, seed=seed) if seed % 2 else random_chain(8, 5, layouts=3, seed=seed)
+    fr = track(cg, method=method, exact=True)
+    for lam in LAMS:
+        assert min_sum(cg, lam).value == pytest.approx(_frontier_min(fr, lam), rel=1e-9)
+
+
+@pytest.mark.parametrize("model", ["mlp", "small_transformer"])
+def test_min_sum_equals_frontier_on_zoo_model(model):
+    g = getattr(zoo, model)()
+    cg = build_cost_graph(g, to.Cluster.preset("v100-2x8"), 4).cost_graph
+    fr = track(cg, exact=True)
+    # lam in seconds per byte: from "memory is free" to "memory dominates"
+    for lam in [0.0, 1e-13, 1e-11, 1e-10, 1e-9, np.inf]:
+        opt = min_sum(cg, lam)
+        _check(cg, opt, lam)
+        assert opt.value == pytest.approx(_frontier_min(fr, lam), rel=1e-9)
+
+
+def test_min_sum_bad_input_and_too_wide():
+    cg = random_chain(3, 2, seed=0)
+    for bad in (-1.0, float("nan"), "x"):
+        with pytest.raises(InvalidInputError, match="lam must be a float >= 0"):
+            min_sum(cg, bad)
+    with pytest.raises(InvalidInputError, match="CostGraph"):
+        min_sum("graph", 0.0)
+    # a 4-clique of 10-config nodes needs a 1000-entry factor
+    n = [np.ones((10, 2))] * 4
+    edges = [(a, b, np.zeros((10, 10, 2))) for a in range(4) for b in range(a + 1, 4)]
+    with pytest.raises(InvalidInputError, match="too wide"):
+        min_sum(CostGraph(n, edges), 0.0, max_entries=50)
+    assert min_sum(CostGraph(n, edges), 0.0).value == pytest.approx(4.0)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_default_track_contains_both_ends(seed):
+    cg = random_layered_dag(6, 3, 4, layouts=2, options=2, skip_prob=0.5, seed=seed)
+    fast, small = min_sum(cg, 0.0), min_sum(cg, np.inf)
+    fr = track(cg, max_merged_configs=4, epsilon=0.05)
+    assert fr.n_heuristic > 0 or fr.epsilon > 0
+    assert fr.time.min() == pytest.approx(fast.time, rel=1e-12)
+    assert fr.memory.min() == pytest.approx(small.memory, rel=1e-12)
+    m, t = evaluate(cg, fr.choices, fr.edge_choices)
+    np.testing.assert_allclose(m, fr.memory, rtol=1e-12)
+    np.testing.assert_allclose(t, fr.time, rtol=1e-12)
+    off = track(cg, max_merged_configs=4, epsilon=0.05, anchors=False)
+    assert off.stats["anchors"] == "off"
+    assert off.time.min() >= fast.time * (1 - 1e-12)
+    with pytest.raises(InvalidInputError, match="anchors must be"):
+        track(cg, anchors="yes")
