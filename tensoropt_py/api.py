@@ -123,8 +123,9 @@ def frontier(
         Also keep frontiers as JSON files in this folder, for later processes (the cost
         graph is rebuilt from the model, which is fast; tracking is not repeated). A file
         is only used by the same version of this package's code.
-    progress : bool, optional
-        Report stages and elapsed time on stderr; None: only on a terminal.
+    progress : bool, Progress or None
+        Report stages, elapsed time and an estimate on stderr (True), only when stderr is a
+        terminal (None), never (False), or through a :class:`~tensoropt_py.progress.Progress`.
     recompute : bool
         Also offer every operator recomputation in backward (its outputs and internal saved
         tensors are not kept): less memory, more time, chosen per operator on the frontier.
@@ -168,7 +169,8 @@ def frontier(
         _CACHE.move_to_end(key)
         return _CACHE[key]
     path = None if cache_dir is None else Path(cache_dir) / f"frontier-{key}.json"
-    reporter = Progress(progress, prefix=f"{graph.name} on {devices} devices of {cl.name}: ")
+    reporter = progress if isinstance(progress, Progress) else \
+        Progress(progress, prefix=f"{graph.name} on {devices} devices of {cl.name}: ")
     try:
         if path is not None and path.exists():
             from .cost.builder import build_cost_graph

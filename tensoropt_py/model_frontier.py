@@ -297,8 +297,9 @@ def compute_frontier(graph, cluster, devices: int, *, method: Method = "ldp", ex
     max_configs : int, optional
         Keep at most this many configurations per operator (the fastest; None: all).
     progress : callable, optional
-        Called as ``progress(stage, fraction, elapsed_seconds)`` when a stage starts and ends
-        (stages ``"build"`` and ``"track"``).
+        Called as ``progress(stage, fraction, elapsed_seconds, detail)`` when a stage starts and
+        ends (stages ``"build"`` and ``"track"``) and while the engine tracks (fraction of the
+        nodes eliminated, points so far).
     training : TrainingOptions, optional
         Recomputation, sharded optimizer state and precision
         (:func:`tensoropt_py.cost.training.check_training_options`); default the plain space.
@@ -319,7 +320,7 @@ def compute_frontier(graph, cluster, devices: int, *, method: Method = "ldp", ex
     from .engine import track
 
     training = training or TrainingOptions()
-    note = progress or (lambda stage, fraction, elapsed: None)
+    note = progress or (lambda stage, fraction, elapsed, detail="": None)
     t0 = _time.perf_counter()
     note("build", 0.0, 0.0)
     mcg = build_cost_graph(graph, cluster, devices, optimizer=optimizer, mesh_tensorflow=mesh_tensorflow,
@@ -327,7 +328,13 @@ def compute_frontier(graph, cluster, devices: int, *, method: Method = "ldp", ex
     t1 = _time.perf_counter()
     note("build", 1.0, t1 - t0)
     note("track", 0.0, 0.0)
-    tracked = track(mcg.cost_graph, method=method, exact=exact, epsilon=epsilon, threads=threads)
+    def on_track(info):  # the engine's counters: the share of nodes eliminated, points so far
+        nodes = max(int(info.get("nodes") or 0), 1)
+        done = 1.0 - int(info.get("nodes_left", nodes)) / nodes
+        note("track", min(done, 0.99), float(info.get("elapsed_s", 0.0)), f"{int(info.get('points', 0))} points")
+
+    tracked = track(mcg.cost_graph, method=method, exact=exact, epsilon=epsilon, threads=threads,
+                    progress=on_track if progress is not None else None)
     t2 = _time.perf_counter()
     note("track", 1.0, t2 - t1)
     choices = np.asarray(tracked.choices, dtype=np.int64)

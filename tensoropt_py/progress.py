@@ -15,7 +15,7 @@ __all__ = ["Progress"]
 
 
 class Progress:
-    """A progress reporter: call it as ``progress(stage, fraction, elapsed)``.
+    """A progress reporter: call it as ``progress(stage, fraction, elapsed, detail="")``.
 
     Parameters
     ----------
@@ -47,11 +47,12 @@ class Progress:
         self._lock = threading.Lock()
         self._stage = None
         self._fraction = 0.0
+        self._detail = ""
         self._started = 0.0
         self._stop = threading.Event()
         self._thread = None
 
-    def __call__(self, stage: str, fraction: float, elapsed: float) -> None:
+    def __call__(self, stage: str, fraction: float, elapsed: float, detail: str = "") -> None:
         if not self.enabled:
             return
         with self._lock:
@@ -62,6 +63,7 @@ class Progress:
             if stage != self._stage:
                 self._stage, self._started = stage, time.perf_counter() - elapsed
             self._fraction = float(fraction)
+            self._detail = detail
             if self.tty:  # through a pipe only the heartbeat and the end of a stage are written
                 self._emit(self._line())
         if self._thread is None:
@@ -74,7 +76,7 @@ class Progress:
         if self._fraction > 0:
             left = elapsed * (1 - self._fraction) / self._fraction
             text += f", {100 * self._fraction:.0f}%, about {left:.0f} s left"
-        return text
+        return text + (f" ({self._detail})" if self._detail else "")
 
     def _emit(self, text: str, final: bool = False) -> None:
         text = self.prefix + text
