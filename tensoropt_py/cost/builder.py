@@ -76,7 +76,7 @@ True
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -184,6 +184,10 @@ class ModelCostGraph:
     edge_tables: tuple
     rescheduler: Any = field(repr=False, compare=False)
     edge_index: tuple = field(repr=False, compare=False)
+    #: What the costs assumed (the peak-memory timeline of :mod:`tensoropt_py.cost.memory` reads them).
+    optimizer: str = "adam"
+    mixed_precision: bool = False
+    cluster: Any = field(default=None, repr=False, compare=False)
 
     def config_counts(self) -> dict:
         """Operator name -> number of configurations."""
@@ -363,9 +367,9 @@ def build_cost_graph(graph: Graph, cluster, devices: int, *, optimizer: str = "a
         rescheduler = ReferenceRescheduler(comm) if reference else Rescheduler(comm)
     coster = OperatorCoster(cluster, comm=comm, compute=compute, optimizer=optimizer,
                             mixed_precision=mixed_precision, dtype=dtype)
-    if reference:
-        return _build_reference(graph, n, valid, mesh_tf, max_configs, coster, rescheduler)
-    return _build_fast(graph, n, valid, mesh_tf, max_configs, coster, rescheduler)
+    build = _build_reference if reference else _build_fast
+    mcg = build(graph, n, valid, mesh_tf, max_configs, coster, rescheduler)
+    return replace(mcg, optimizer=optimizer, mixed_precision=bool(mixed_precision), cluster=cluster)
 
 
 def _use_slots(op):

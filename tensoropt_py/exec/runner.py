@@ -493,6 +493,10 @@ class Executor:
         # what backward will read: kept saved tensors and the copies re-derivations start from
         sources = [self._copies[x] if isinstance(x, str) else x for x in self._sources]
         saved = _saved_bytes([h.tensor for h in self._holders if h.tensor is not None] + sources, self._param_ptrs)
+        # autograd owns the holders now: dropping our references lets backward free each saved
+        # tensor after its node runs (as plain torch does) instead of at the end of backward
+        self._holders, self._sources = [], []
+        sources = None
         with be.phase("bwd"):
             loss.backward()
         self._holders, self._sources, self._copies = [], [], {}
