@@ -774,7 +774,10 @@ class Cluster:
 #   "4x RDMA" (TensorOpt Fig. 7b, like a DGX-1 with 4 IB cards): 4 ports x 12 GB/s.
 #   NVLink 3 (A100, 12 x 25 GB/s = 300 GB/s per direction, "600 GB/s" bidirectional): busbw ~230 GB/s.
 #   HDR InfiniBand 200 Gb/s (25 GB/s line), 8 per DGX A100: ~23 GB/s effective each, 4 us/step.
-#   NVLink 4 (H100 SXM, 18 x 25 GB/s = 450 GB/s per direction, "900 GB/s"): busbw ~360 GB/s.
+#   NVLink 4 (H100 SXM, 18 x 25 GB/s = 450 GB/s per direction, "900 GB/s"): busbw ~360 GB/s;
+#     1 us per ring step: with the 5 us launch per collective (kernel_overhead, charged by
+#     cost.comm), an 8-GPU all_reduce of a few bytes costs 5 + 14 x 1 = 19 us, the order of
+#     nccl-tests' small-message times on a DGX H100 (15-20 us), where 2 us per step gave 33 us.
 #   NDR InfiniBand 400 Gb/s (50 GB/s line), 8 per DGX H100: ~46 GB/s effective each, 4 us/step.
 #   cpu-1x4: MPI shared-memory collectives between processes, measured with this module's
 #     calibration on a 2-core VM (MPICH 5, 2 ranks, 4 MiB): busbw ~2-3.5 GB/s -> 3 GB/s, ~5 us per
@@ -817,7 +820,7 @@ def _preset_table():
             LinkSpec("nvlink", "230GB/s", "2us"), LinkSpec("infiniband", "23GB/s", "4us", ports=8)),
         "h100-4x8": lambda: Cluster(
             "h100-4x8", 4, 8, DeviceSpec(**_H100),
-            LinkSpec("nvlink", "360GB/s", "2us"), LinkSpec("infiniband", "46GB/s", "4us", ports=8)),
+            LinkSpec("nvlink", "360GB/s", "1us"), LinkSpec("infiniband", "46GB/s", "4us", ports=8)),
         # 4 CPU processes on this machine (executor tests): shared-memory MPI.
         "cpu-1x4": lambda: Cluster(
             "cpu-1x4", 1, 4,

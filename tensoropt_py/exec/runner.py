@@ -69,7 +69,7 @@ from .measure import Report, collective_counts, expected_collectives
 from ..plan import config_from_plan
 from .shard import gather_full, place_coordinate, shard
 
-__all__ = ["run_plan", "Executor", "Report", "synthetic_batch", "reference_train",
+__all__ = ["run_plan", "Executor", "Report", "synthetic_batch", "reference_train", "tracked_peak",
            "expected_collectives", "main", "OPTIMIZERS", "make_optimizer"]
 
 
@@ -537,6 +537,39 @@ class Executor:
         return out
 
 
+def tracked_peak(ex: Executor, step: int) -> float | None:
+    """Peak live bytes of one more iteration on CPU, measured with torch's ``MemTracker``.
+
+    ``torch.distributed._tools.mem_tracker.MemTracker`` follows every storage created in its
+    context (and the parameters, optimizer state and constants registered with it) and keeps
+    the high-water mark: what ``torch.cuda.max_memory_allocated`` reports on a GPU. The
+    iteration runs after the timed ones (so the tracker's dispatch overhead never enters a
+    time) and the parameters and optimizer state are restored after it, so losses and final
+    parameters are those of ``steps`` iterations. Every rank must call it. None when the
+    tracker is not available in this torch.
+    """
+    try:
+        from torch.distributed._tools.mem_tracker import MemTracker
+    except ImportError:  # pragma: no cover - torch builds without distributed
+        return None
+    import copy
+
+    weights = [p.detach().clone() for p in ex.params]
+    state = copy.deepcopy(ex.opt.state_dict())
+    mt = MemTracker()
+    mt.track_external(*ex.params, ex.opt, *[v for v in ex.views.values() if isinstance(v, torch.Tensor)])
+    with mt:
+        ex.step(step)
+    peak = mt.get_tracker_snapshot("peak")
+    with torch.no_grad():
+        for p, w in zip(ex.params, weights):
+            p.copy_(w)
+    ex.opt.load_state_dict(state)
+    for p in ex.params:
+        p.grad = None
+    return float(sum(v.get("Total", 0) for v in peak.values()))
+
+
 def _unpack(h):
     return h.get() if isinstance(h, _Saved) else h
 
@@ -657,17 +690,22 @@ def run_plan(plan, graph: Graph, steps: int = 3, seed: int = 0, *, backend="auto
     except BaseException as exc:
         exc._tensoropt_during_run = True  # main() aborts the whole job
         raise
+    notes = []
     if be.device.type == "cuda":
         mem = float(torch.cuda.max_memory_allocated(be.device))
     else:
-        mem = float(ex.state_bytes() + saved_peak)
+        tracked = tracked_peak(ex, steps)
+        if tracked is None:
+            mem = float(ex.state_bytes() + saved_peak)
+            notes.append("CPU memory: parameters, gradients, optimizer state and saved tensors (no MemTracker)")
+        else:
+            mem = tracked
     w = min(max(int(warmup), 0), steps - 1)
     t_med = statistics.median(times[w:])
     c_med = statistics.median(comm_times[w:])
     mine = {"time": t_med, "comm": c_med, "memory": mem}
     allr = comm.allgather(mine) if comm is not None else [mine]
     counts = collective_counts(last)
-    notes = []
     if ex.shared:
         notes.append(f"tied parameters {sorted(ex.shared)} are rescheduled to their readers (extra collectives)")
     report = Report(
