@@ -70,7 +70,7 @@ from ..graph.ir import DTYPE_BYTES, Operator, OpKind, TensorRole
 from ..space.mesh import fine_groups
 from .optimizer import check_optimizer, state_bytes_per_param, update_key, update_work
 
-__all__ = ["OperatorCosts", "OperatorCoster", "split_matrix", "local_numel", "compute_key", "local_shapes",
+__all__ = ["OperatorCosts", "OperatorCoster", "split_matrix", "local_numel", "compute_key", "local_shapes", "op_family",
            "config_compute_keys", "compute_dtype", "KEY_IGNORED_ATTRS"]
 
 #: Attributes left out of :func:`compute_key`: tensor names (``order``), global target shapes
@@ -164,6 +164,13 @@ def op_work_kind(op: Operator) -> str:
     """
     attrs = ",".join(f"{k}={_fmt(v)}" for k, v in sorted(op.attrs, key=lambda kv: kv[0]) if k not in KEY_IGNORED_ATTRS)
     return f"{op.kind.value}|{attrs}"
+
+
+def op_family(op: Operator) -> str:
+    """The operator family the compute model's efficiencies are keyed by: the kind, and the
+    function of elementwise and loss operators (``"linear"``, ``"unary:gelu"``, ``"binary:add"``)."""
+    fn = dict(op.attrs).get("fn") if op.kind in (OpKind.UNARY, OpKind.BINARY) else None
+    return op.kind.value if fn is None else f"{op.kind.value}:{fn}"
 
 
 def local_shapes(op: Operator, tensors, config) -> tuple[tuple[int, ...], ...]:
@@ -301,8 +308,10 @@ class OperatorCoster:
             local_bytes.setdefault(use.tensor, lb)
             moved += lb
         dtype = compute_dtype(op, tensors, self.dtype, self.mixed_precision)
-        fwd = self.compute.times(op.flops / total_split, moved, dtype=dtype)
-        bwd = self.compute.times(op.backward_flops / total_split, 2 * moved, dtype=dtype) if op.backward_flops else np.zeros(K)
+        fam = op_family(op)
+        fwd = self.compute.times(op.flops / total_split, moved, dtype=dtype, family=fam)
+        bwd = (self.compute.times(op.backward_flops / total_split, 2 * moved, dtype=dtype, family=fam)
+               if op.backward_flops else np.zeros(K))
         compute_time = np.asarray(fwd + bwd, dtype=np.float64)
         table = getattr(self.compute, "table", None)
         if table is not None and len(table) and op.kind is not OpKind.INPUT:
