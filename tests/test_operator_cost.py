@@ -81,3 +81,37 @@ def test_shared_rnn_weights_are_charged_once(devices):
         total += coster.costs(op, graph.tensors, [mcg.configs[i][choice[i]]], readers=readers).param_memory[0]
     expected = graph.num_parameters * state_bytes_per_param("adam", "float32")
     assert total == pytest.approx(expected, rel=1e-12)
+
+
+def test_efficiency_divides_the_roofline_part_only():
+    import dataclasses
+
+    from tensoropt_py.cost.compute import ComputeModel
+
+    base = Cluster.preset("h100-4x8")
+    plain = dataclasses.replace(base, device=dataclasses.replace(base.device, efficiency={}))
+    f, b = 2e12, 1e9
+    t_plain = ComputeModel(plain).times(f, b, family="linear")
+    t_eff = ComputeModel(base).times(f, b, family="linear")
+    over = base.device.kernel_overhead
+    assert base.device.efficiency_for("linear") < 1
+    assert t_eff - over == pytest.approx((t_plain - over) / base.device.efficiency_for("linear"), rel=1e-12)
+    assert ComputeModel(base).times(f, b, family="reshape") == pytest.approx(t_plain, rel=1e-12)
+
+
+def test_uncalibrated_h100_time_of_the_ground_truth_within_20_percent():
+    import json
+    from pathlib import Path
+
+    from tensoropt_py.cost.builder import build_cost_graph
+    from tensoropt_py.inputs import load_model
+    from tensoropt_py.plan import Plan
+
+    gt = Path("/work/shared/ground-truth/h100")
+    if not gt.is_dir():
+        pytest.skip("no ground truth files")
+    for name in ("gpt2", "bert_large"):
+        plan = Plan.from_json(gt / f"{name}.plan.json")
+        measured = json.loads((gt / f"{name}.report.json").read_text())["time"]["measured"]
+        rec = build_cost_graph(load_model(name), Cluster.preset("h100-4x8"), 1).decode(plan.choices, plan.edge_choices)
+        assert rec.time == pytest.approx(measured, rel=0.20), name
