@@ -27,7 +27,8 @@ output kept by no operator           forward of producer .. forward of last     
 output kept by consumers only        forward of producer .. before first keeper    then the keeper's copy
 gradient of an activation            backward of its last reader .. backward of    what autograd accumulates
                                      its producer
-rescheduled input copy               the consumer's forward                        when the layouts differ
+rescheduling buffers                 the consumer's forward; the producer's        input, result and the result
+                                     backward for the gradient's                  in place, per collective
 ==================================== =========================================== ==========================
 
 Event transients: a shared parameter's reader other than the first to run backward adds its
@@ -183,6 +184,7 @@ class MemoryModel:
                     self._tied_readers.setdefault(i, []).append(pname)
         self._cache: dict = {}
         self._copies: dict = {}
+        self._paths: dict = {}
 
     def _find_aliases(self, saved_by):
         """Saved inputs that share the storage of an attention output its operator keeps.
@@ -334,8 +336,11 @@ class MemoryModel:
             a, b, r = sc[choices[:, u]], dc[choices[:, v]], edge_choices[:, j]
             mem = table[a, b, r, 0]
             add(d_saved, np.where(np.isfinite(mem), mem, 0.0), fwd[u], bwd[u])
-            # a rescheduled copy the consumer reads (layouts differ), live during its forward
-            point_trans[:, fwd[v]] += self._copy_bytes(j)[a, b]
+            # the rescheduling's buffers (the consumer's copy included), live during its forward,
+            # and the gradient's in the consumer's backward
+            fw, bw = self._path_bytes(j, a, b)
+            point_trans[:, fwd[v]] += fw
+            point_trans[:, bwd[u]] += bw
         for c, ui, chain in self._aliases:
             same = np.ones(P, dtype=bool)
             for j in chain:
@@ -367,6 +372,52 @@ class MemoryModel:
                   for B in info.dst_layouts] for A in info.src_layouts], dtype=np.float64).reshape(
                 len(info.src_layouts), len(info.dst_layouts))
         return hit
+
+    def _path_bytes(self, j: int, a: np.ndarray, b: np.ndarray):
+        """Transient bytes of edge ``j``'s forward and backward reschedulings per point.
+
+        A collective step holds its input, its result and the result rearranged into the
+        target layout (the executor's backends gather into a new buffer, then copy into place):
+        ``in + 2 out`` for every step after the first (the first reads the producer's tensor,
+        counted already), ``2 out`` for the first.
+        """
+        pairs = np.stack([a, b], axis=1)
+        uniq, inv = np.unique(pairs, axis=0, return_inverse=True)
+        fw = np.zeros(len(uniq))
+        bw = np.zeros(len(uniq))
+        for q, (ai, bi) in enumerate(uniq):
+            key = (j, int(ai), int(bi))
+            hit = self._paths.get(key)
+            if hit is None:
+                hit = self._paths[key] = self._edge_path_bytes(j, int(ai), int(bi))
+            fw[q], bw[q] = hit
+        inv = np.asarray(inv).ravel()
+        return fw[inv], bw[inv]
+
+    def _edge_path_bytes(self, j: int, a: int, b: int):
+        info = self.mcg.edges[j]
+        if self._copy_bytes(j)[a, b] == 0 and not info.src_layouts[a].is_partial:
+            return 0.0, 0.0
+        spec = self.mcg.graph.tensors[info.tensor]
+        item = DTYPE_BYTES[spec.dtype]
+        rs = self.mcg.rescheduler
+
+        def peak(path, keep_last):
+            best = 0.0
+            for k, st in enumerate(path.steps):
+                out = st.after.local_numel(spec.shape) * item
+                inp = st.before.local_numel(spec.shape) * item if k else 0.0
+                best = max(best, inp + (2 * out if st.kind != "slice" else out))
+            if path.steps and not keep_last:
+                best -= path.steps[-1].after.local_numel(spec.shape) * item
+            return float(max(best, 0.0))
+
+        fwd = peak(rs.path(spec.shape, spec.dtype, info.src_layouts[a], info.dst_layouts[b]), True)
+        bwd = 0.0
+        if info.backward:  # its result is the producer's output gradient, counted already
+            bwd = peak(rs.backward(spec.shape, spec.dtype, info.src_layouts[a], info.dst_layouts[b],
+                                   info.dst_grad_layouts[b]), False)
+        return fwd, bwd
 
     def _weight_bytes(self, choices):
         """Bytes of the weights (one scratch tensor each for foreach Adam) per point."""

@@ -166,6 +166,21 @@ def op_work_kind(op: Operator) -> str:
     return f"{op.kind.value}|{attrs}"
 
 
+def _updates_as_executed(table) -> bool:
+    """Whether a measured table's optimizer-update entries time updates as the executor runs them.
+
+    On a GPU torch's optimizer runs one multi-tensor (``foreach``) step over every parameter;
+    tables written before :mod:`tensoropt_py.calibrate` timed it that way (no
+    ``optimizer_timing`` in their metadata, ``torch_device`` CUDA) hold single-tensor steps,
+    mostly launch overhead a real step pays once (0.15 ms per parameter on the H100 of
+    ``shared/ground-truth``: +29 ms on GPT-2's 195 ms).
+    """
+    meta = getattr(table, "meta", None) or {}
+    if not str(meta.get("torch_device", "cpu")).startswith("cuda"):
+        return True
+    return meta.get("optimizer_timing") == "multi_tensor"
+
+
 def op_family(op: Operator) -> str:
     """The operator family the compute model's efficiencies are keyed by: the kind, and the
     function of elementwise and loss operators (``"linear"``, ``"unary:gelu"``, ``"binary:add"``)."""
@@ -252,6 +267,8 @@ class OperatorCoster:
         """
         out = np.zeros(len(configs))
         table = getattr(self.compute, "table", None)
+        if table is not None and not _updates_as_executed(table):
+            table = None  # per-tensor GPU timings of a multi-tensor step: the roofline is closer
         seen = set()
         for pi, use in enumerate(op.params):
             spec = tensors[use.tensor]
