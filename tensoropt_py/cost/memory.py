@@ -31,14 +31,17 @@ rescheduling buffers                 the consumer's forward; the producer's     
                                      backward for the gradient's                  in place, per collective
 ==================================== =========================================== ==========================
 
-Event transients: a shared parameter's reader other than the first to run backward adds its
+A shared parameter is kept in its first reader's layout; a reader with another layout holds a
+rescheduled copy from its forward to its backward and sends its gradient back (twice the copy,
+in its backward). A copy a single-copy tensor-reuse option drops is re-derived in backward
+(its rescheduling's buffers at the backward of the operator that kept it). Event transients: a shared parameter's reader other than the first to run backward adds its
 gradient to the accumulated one (the incoming gradient and the sum, twice the shard, next to
 it); a cross-entropy loss's backward materialises the gradient of its
 log-probabilities next to the logits' gradient (both the size of the logits); the optimizer
 step of Adam needs scratch tensors: one per parameter shard at once for torch's ``foreach``
 implementation (CUDA's default, so the size of all weights), two of the largest shard for the
-single-tensor one (CPU); a gradient all-reduce holds the fused gradients twice (flattened and
-reduced).
+single-tensor one (CPU); a gradient all-reduce holds an operator's fused gradients three times over (flattened,
+reduced, and copied back into place).
 
 What is exact, what is a bound
 ------------------------------
@@ -177,11 +180,14 @@ class MemoryModel:
         # operators reading a shared parameter, other than the first to run backward: their
         # gradient is added to the one accumulated so far (parameter names per operator)
         self._tied_readers: dict = {}
+        self._tied_copies: list = []  # (parameter, first reader, other reader)
         for pname, users in g.parameter_users().items():
             if len(users) > 1:
                 idx = sorted(self.index[u] for u in users if u in self.index)
                 for i in idx[:-1]:
                     self._tied_readers.setdefault(i, []).append(pname)
+                for r in idx[1:]:  # the executor keeps the parameter in its first reader's layout
+                    self._tied_copies.append((pname, idx[0], r))
         self._cache: dict = {}
         self._copies: dict = {}
         self._paths: dict = {}
@@ -271,6 +277,21 @@ class MemoryModel:
         hit = self._cache[key] = (persistent, grads, saved, outs, loss_grad, largest, ins)
         return hit
 
+    def _tied_copy_bytes(self, pname: str, m: int, km: int, r: int, kr: int) -> float:
+        """Bytes of reader ``r``'s copy of shared parameter ``pname`` (0 in the first reader's layout)."""
+        key = ("tied", pname, m, km, r, kr)
+        hit = self._cache.get(key)
+        if hit is None:
+            def layout(i, k):
+                op = self.ops[i]
+                u = [pi for pi, use in enumerate(op.params) if use.tensor == pname][0]
+                return self.mcg.configs[i][k].layout(op, len(op.inputs) + u)
+
+            lr = layout(r, kr)
+            hit = 0.0 if layout(m, km) == lr else self._param_bytes(r, kr, {pname})
+            self._cache[key] = hit
+        return hit
+
     def _param_bytes(self, i: int, k: int, names) -> float:
         """Local bytes of the parameters ``names`` of operator ``i`` under config ``k``."""
         op, cfg = self.ops[i], self.mcg.configs[i][k]
@@ -319,7 +340,7 @@ class MemoryModel:
             add(d_grad, gr, bwd[i], opt)
             add(d_saved, sv, fwd[i], bwd[i])
             comm = np.array([float(self.mcg.node_costs[i][int(k)][3]) for k in uniq])[inv]
-            sync = np.maximum(sync, np.where(comm > 0, 2.0 * gr, 0.0))
+            sync = np.maximum(sync, np.where(comm > 0, 3.0 * gr, 0.0))
             for o, t, end, grad in self._outputs[i]:
                 b = np.array([v[3][o] for v in vals])[inv]
                 if end is not None and end >= i:
@@ -341,6 +362,17 @@ class MemoryModel:
             fw, bw = self._path_bytes(j, a, b)
             point_trans[:, fwd[v]] += fw
             point_trans[:, bwd[u]] += bw
+            if table.shape[2] > 1:  # a copy dropped after forward is re-derived in backward
+                at_v, at_u = self._rederive_bytes(j, a, b, r)
+                point_trans[:, bwd[v]] += at_v
+                point_trans[:, bwd[u]] += at_u
+        for pname, m, r in self._tied_copies:
+            # a reader whose layout of a shared parameter is not the first reader's works on a
+            # rescheduled copy (kept for its backward) and sends its gradient back
+            b = np.array([self._tied_copy_bytes(pname, m, int(km), r, int(kr))
+                          for km, kr in zip(choices[:, m], choices[:, r])])
+            add(d_saved, b, fwd[r], bwd[r])
+            point_trans[:, bwd[r]] += 2.0 * b
         for c, ui, chain in self._aliases:
             same = np.ones(P, dtype=bool)
             for j in chain:
@@ -394,6 +426,34 @@ class MemoryModel:
         inv = np.asarray(inv).ravel()
         return fw[inv], bw[inv]
 
+    def _rederive_bytes(self, j: int, a: np.ndarray, b: np.ndarray, r: np.ndarray):
+        """Bytes of re-deriving the copy a single-copy reuse option dropped, per point:
+        ``(at the consumer's backward, at the producer's backward)``."""
+        from .builder import REUSE_OPTIONS
+
+        _, _, table = self.mcg.edge_tables[j]
+        names = REUSE_OPTIONS[table.shape[2]]
+        at_v, at_u = np.zeros(len(a)), np.zeros(len(a))
+        info = self.mcg.edges[j]
+        spec = self.mcg.graph.tensors[info.tensor]
+        rs = self.mcg.rescheduler
+        for q, (ai, bi, ri) in enumerate(zip(a, b, r)):
+            name = names[int(ri)]
+            if name not in ("producer_copy", "consumer_copy"):
+                continue
+            key = ("rederive", j, int(ai), int(bi), name)
+            hit = self._paths.get(key)
+            if hit is None:
+                src, dst = info.src_layouts[int(ai)], info.dst_layouts[int(bi)]
+                path = (rs.path(spec.shape, spec.dtype, src, dst) if name == "producer_copy"
+                        else rs.path(spec.shape, spec.dtype, dst, src.without_partial()))
+                hit = self._paths[key] = _path_peak(path, spec.shape, DTYPE_BYTES[spec.dtype], True)
+            if name == "producer_copy":
+                at_v[q] = hit
+            else:
+                at_u[q] = hit
+        return at_v, at_u
+
     def _edge_path_bytes(self, j: int, a: int, b: int):
         info = self.mcg.edges[j]
         if self._copy_bytes(j)[a, b] == 0 and not info.src_layouts[a].is_partial:
@@ -403,14 +463,7 @@ class MemoryModel:
         rs = self.mcg.rescheduler
 
         def peak(path, keep_last):
-            best = 0.0
-            for k, st in enumerate(path.steps):
-                out = st.after.local_numel(spec.shape) * item
-                inp = st.before.local_numel(spec.shape) * item if k else 0.0
-                best = max(best, inp + (2 * out if st.kind != "slice" else out))
-            if path.steps and not keep_last:
-                best -= path.steps[-1].after.local_numel(spec.shape) * item
-            return float(max(best, 0.0))
+            return _path_peak(path, spec.shape, item, keep_last)
 
         fwd = peak(rs.path(spec.shape, spec.dtype, info.src_layouts[a], info.dst_layouts[b]), True)
         bwd = 0.0
@@ -494,6 +547,18 @@ class MemoryModel:
             u, v = self.mcg.edge_index[j]
             total += float(table[sc[choices[u]], dc[choices[v]], int(edge_choices[j]), 0])
         return total
+
+
+def _path_peak(path, shape, item, keep_last) -> float:
+    """Most bytes a rescheduling path holds at once beyond its source (see ``_path_bytes``)."""
+    best = 0.0
+    for k, st in enumerate(path.steps):
+        out = st.after.local_numel(shape) * item
+        inp = st.before.local_numel(shape) * item if k else 0.0
+        best = max(best, inp + (2 * out if st.kind != "slice" else out))
+    if path.steps and not keep_last:
+        best -= path.steps[-1].after.local_numel(shape) * item
+    return float(max(best, 0.0))
 
 
 def peak_frontier(mcg, memory, time, choices, edge_choices, *, model: MemoryModel | None = None):
