@@ -9,10 +9,10 @@ gradient, the optimizer's scratch tensors. This module walks the iteration the w
 
 The timeline (per device, steady state: optimizer state exists, ``zero_grad(set_to_none=True)``)
 --------------------------------------------------------------------------------------------
-Events: the forward of every operator in graph order (``0 .. n-1``), the backward of every
-operator in reverse order (``n .. 2n-1``), then the optimizer step (``2n``, gradient
-all-reduces included). Live memory at an event is the sum of the allocations whose interval
-holds it, plus the event's own transient:
+Events: for every operator in graph order the rescheduling of its inputs, then its forward
+(``0 .. 2n-1``), the backward of every operator in reverse order (``2n .. 3n-1``), then the
+optimizer step (``3n``, gradient all-reduces included). Live memory at an event is the sum of
+the allocations whose interval holds it, plus the event's own transient:
 
 ==================================== =========================================== ==========================
 allocation (local shard bytes)       interval                                     notes
@@ -27,8 +27,9 @@ output kept by no operator           forward of producer .. forward of last     
 output kept by consumers only        forward of producer .. before first keeper    then the keeper's copy
 gradient of an activation            backward of its last reader .. backward of    what autograd accumulates
                                      its producer
-rescheduling buffers                 the consumer's forward; the producer's        input, result and the result
-                                     backward for the gradient's                  in place, per collective
+rescheduling buffers                 before the consumer's forward; the            input, result and the result
+                                     producer's backward for the gradient's       in place, per collective
+consumer's rescheduled copy          the consumer's forward                        unless it keeps it (saved)
 ==================================== =========================================== ==========================
 
 A shared parameter is kept in its first reader's layout; a reader with another layout holds a
@@ -159,7 +160,9 @@ class MemoryModel:
         for op in self.ops:
             for t in op.saved:
                 saved_by.setdefault(t, set()).add(op.name)
-        self._outputs = []  # per op: list of (output position, tensor, end_fwd, grad_start or None)
+        self._saved_by = saved_by
+        # per op: (output position, tensor, last forward slot it is live in or None, grad start op)
+        self._outputs = []
         for i, op in enumerate(self.ops):
             outs = []
             for o, use in enumerate(op.outputs):
@@ -168,10 +171,10 @@ class MemoryModel:
                 keepers = saved_by.get(t, set())
                 if op.name in keepers:
                     end = None  # the producer's saved memory (node or edge) covers it
-                elif keepers:
-                    end = min(self.index[c] for c in keepers) - 1
-                else:
-                    end = max(cons) if cons else i
+                elif keepers:  # until the first keeper's copy takes over (its rescheduling slot)
+                    end = 2 * min(self.index[c] for c in keepers)
+                else:  # until its last reader has run
+                    end = 2 * (max(cons) if cons else i) + 1
                 spec = g.tensors[t]
                 grad = (max(cons) if cons and op.kind is not OpKind.INPUT and spec.dtype in _FLOAT else None)
                 outs.append((o, t, end, grad))
@@ -312,10 +315,11 @@ class MemoryModel:
     def _timeline(self, choices: np.ndarray, edge_choices: np.ndarray):
         """Live bytes ``(P, 2n + 1)`` by category: persistent (P,), grads, saved, transient."""
         P, n = choices.shape[0], self.n
-        E = 2 * n + 1
-        fwd = np.arange(n)
-        bwd = 2 * n - 1 - np.arange(n)
-        opt = 2 * n
+        E = 3 * n + 1
+        fwd = 2 * np.arange(n) + 1  # running an operator forward
+        pre = 2 * np.arange(n)  # rescheduling an operator's inputs
+        bwd = 3 * n - 1 - np.arange(n)
+        opt = 3 * n
         d_grad = np.zeros((P, E + 1))
         d_saved = np.zeros((P, E + 1))
         d_trans = np.zeros((P, E + 1))
@@ -343,8 +347,8 @@ class MemoryModel:
             sync = np.maximum(sync, np.where(comm > 0, 3.0 * gr, 0.0))
             for o, t, end, grad in self._outputs[i]:
                 b = np.array([v[3][o] for v in vals])[inv]
-                if end is not None and end >= i:
-                    add(d_trans, b, fwd[i], fwd[end])
+                if end is not None and end >= fwd[i]:
+                    add(d_trans, b, fwd[i], end)
                 if grad is not None:
                     add(d_trans, b, bwd[grad], bwd[i])
             lg = np.array([v[4] for v in vals])[inv]
@@ -360,7 +364,9 @@ class MemoryModel:
             # the rescheduling's buffers (the consumer's copy included), live during its forward,
             # and the gradient's in the consumer's backward
             fw, bw = self._path_bytes(j, a, b)
-            point_trans[:, fwd[v]] += fw
+            point_trans[:, pre[v]] += fw
+            if info.consumer not in self._saved_by.get(info.tensor, ()):
+                point_trans[:, fwd[v]] += self._copy_bytes(j)[a, b]  # the consumer reads its copy
             point_trans[:, bwd[u]] += bw
             if table.shape[2] > 1:  # a copy dropped after forward is re-derived in backward
                 at_v, at_u = self._rederive_bytes(j, a, b, r)
@@ -530,10 +536,10 @@ class MemoryModel:
         live = grads + saved + trans
         e = int(np.argmax(live[0]))
         n = self.n
-        if e < n:
-            phase, op = "forward", self.ops[e].name
-        elif e < 2 * n:
-            phase, op = "backward", self.ops[2 * n - 1 - e].name
+        if e < 2 * n:
+            phase, op = "forward", self.ops[e // 2].name
+        elif e < 3 * n:
+            phase, op = "backward", self.ops[3 * n - 1 - e].name
         else:
             phase, op = "optimizer", ""
         additive = self._additive(choices[0], edge_choices[0])
