@@ -18,7 +18,8 @@ the allocations whose interval holds it, plus the event's own transient:
 allocation (local shard bytes)       interval                                     notes
 ==================================== =========================================== ==========================
 weights, optimizer state, constants  every event                                  ``zero_grad`` keeps them
-gradient of a parameter              backward of its reader .. optimizer step      shared weights: 1/readers each
+gradient of a parameter              backward of its reader .. optimizer step      a shared one: its first
+                                                                                  reader's layout
 node's saved tensors (Eq. 1)         forward .. backward of the operator
 edge's saved copies (tensor reuse)   forward .. backward of the producer          an upper bound on the copy's life
 output kept by no operator           forward of producer .. forward of last        dropped from the working set
@@ -183,6 +184,8 @@ class MemoryModel:
         # operators reading a shared parameter, other than the first to run backward: their
         # gradient is added to the one accumulated so far (parameter names per operator)
         self._tied_readers: dict = {}
+        self._first_reader = {pname: min(self.index[u] for u in users if u in self.index)
+                              for pname, users in g.parameter_users().items() if len(users) > 1}
         self._tied_copies: list = []  # (parameter, first reader, other reader)
         for pname, users in g.parameter_users().items():
             if len(users) > 1:
@@ -249,7 +252,8 @@ class MemoryModel:
             spec = tensors[use.tensor]
             loc = cfg.layout(op, nin + pi).local_numel(spec.shape)
             if spec.role is TensorRole.PARAMETER:
-                share = 1.0 / max(int(self.readers.get(use.tensor, 1)), 1)
+                # a shared parameter lives (with its gradient and state) in its first reader's layout
+                share = 1.0 if self._first_reader.get(use.tensor, i) == i else 0.0
                 per = state_bytes_per_param(self.optimizer, spec.dtype, mixed_precision=self.mixed_precision)
                 gb = 2 if self.mixed_precision else DTYPE_BYTES[spec.dtype]
                 persistent += loc * (per - gb) * share
@@ -258,7 +262,7 @@ class MemoryModel:
             else:
                 persistent += loc * DTYPE_BYTES[spec.dtype]
         node_mem = float(mcg.node_costs[i][k][0])
-        saved = max(node_mem - persistent - grads, 0.0)
+        saved = max(node_mem - self._param_memory(i, k), 0.0)
         outs = []
         for o, use in enumerate(op.outputs):
             spec = tensors[use.tensor]
@@ -306,6 +310,26 @@ class MemoryModel:
                 spec = tensors[use.tensor]
                 item = 2 if self.mixed_precision else DTYPE_BYTES[spec.dtype]
                 total += cfg.layout(op, len(op.inputs) + pi).local_numel(spec.shape) * item
+        return total
+
+    def _param_memory(self, i: int, k: int) -> float:
+        """The parameter part of node ``i``'s memory under config ``k`` as the cost graph charges it
+        (Eq. 1: a shared parameter's readers each pay ``1/readers`` of it in their own layout)."""
+        op, cfg = self.ops[i], self.mcg.configs[i][k]
+        tensors = self.mcg.graph.tensors
+        total, seen = 0.0, set()
+        for pi, use in enumerate(op.params):
+            if use.tensor in seen:
+                continue
+            seen.add(use.tensor)
+            spec = tensors[use.tensor]
+            loc = cfg.layout(op, len(op.inputs) + pi).local_numel(spec.shape)
+            if spec.role is TensorRole.PARAMETER:
+                share = 1.0 / max(int(self.readers.get(use.tensor, 1)), 1)
+                total += loc * state_bytes_per_param(self.optimizer, spec.dtype,
+                                                     mixed_precision=self.mixed_precision) * share
+            else:
+                total += loc * DTYPE_BYTES[spec.dtype]
         return total
 
     def _identity_dropout(self, op) -> bool:
