@@ -390,7 +390,7 @@ class MemoryModel:
             fw, bw = self._path_bytes(j, a, b)
             point_trans[:, pre[v]] += fw
             if info.consumer not in self._saved_by.get(info.tensor, ()):
-                point_trans[:, fwd[v]] += self._copy_bytes(j)[a, b]  # the consumer reads its copy
+                point_trans[:, fwd[v]] += self._copy_bytes(j, a, b)  # the consumer reads its copy
             point_trans[:, bwd[u]] += bw
             if table.shape[2] > 1:  # a copy dropped after forward is re-derived in backward
                 at_v, at_u = self._rederive_bytes(j, a, b, r)
@@ -408,7 +408,7 @@ class MemoryModel:
             for j in chain:
                 u, v = self.mcg.edge_index[j]
                 sc, dc, _ = self.mcg.edge_tables[j]
-                same &= self._copy_bytes(j)[sc[choices[:, u]], dc[choices[:, v]]] == 0
+                same &= self._copy_bytes(j, sc[choices[:, u]], dc[choices[:, v]]) == 0
             ks = choices[:, c]
             b = np.array([self._node(c, int(k))[6][ui] for k in ks])
             add(d_saved, -np.where(same, b, 0.0), fwd[c], bwd[c])
@@ -422,18 +422,24 @@ class MemoryModel:
         trans = np.cumsum(d_trans, axis=1)[:, :E] + point_trans
         return persistent, grads, saved, trans
 
-    def _copy_bytes(self, j: int) -> np.ndarray:
-        """``(A, B)`` bytes of the consumer's rescheduled copy on edge ``j`` (0 where no rescheduling)."""
-        hit = self._copies.get(j)
+    def _pair_copy(self, j: int, a: int, b: int) -> float:
+        """Bytes of the consumer's rescheduled copy on edge ``j`` for layout classes ``(a, b)``
+        (0 where the consumer reads the producer's layout)."""
+        info = self.mcg.edges[j]
+        spec = self.mcg.graph.tensors[info.tensor]
+        A, B = info.src_layouts[a], info.dst_layouts[b]
+        key = (A, B, spec.shape, spec.dtype)
+        hit = self._copies.get(key)
         if hit is None:
-            info = self.mcg.edges[j]
-            spec = self.mcg.graph.tensors[info.tensor]
-            item = DTYPE_BYTES[spec.dtype]
-            hit = self._copies[j] = np.array(
-                [[0.0 if A.without_partial() == B else float(B.local_numel(spec.shape) * item)
-                  for B in info.dst_layouts] for A in info.src_layouts], dtype=np.float64).reshape(
-                len(info.src_layouts), len(info.dst_layouts))
+            hit = self._copies[key] = (0.0 if A.without_partial() == B
+                                       else float(B.local_numel(spec.shape) * DTYPE_BYTES[spec.dtype]))
         return hit
+
+    def _copy_bytes(self, j: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """:meth:`_pair_copy` per point (layout classes ``a``, ``b`` of the points)."""
+        uniq, inv = np.unique(np.stack([a, b], axis=1), axis=0, return_inverse=True)
+        vals = np.array([self._pair_copy(j, int(x), int(y)) for x, y in uniq])
+        return vals[np.asarray(inv).ravel()]
 
     def _path_bytes(self, j: int, a: np.ndarray, b: np.ndarray):
         """Transient bytes of edge ``j``'s forward and backward reschedulings per point.
@@ -448,7 +454,8 @@ class MemoryModel:
         fw = np.zeros(len(uniq))
         bw = np.zeros(len(uniq))
         for q, (ai, bi) in enumerate(uniq):
-            key = (j, int(ai), int(bi))
+            info = self.mcg.edges[j]
+            key = (info.src_layouts[ai], info.dst_layouts[bi], info.dst_grad_layouts[bi], info.tensor, info.backward)
             hit = self._paths.get(key)
             if hit is None:
                 hit = self._paths[key] = self._edge_path_bytes(j, int(ai), int(bi))
@@ -463,15 +470,17 @@ class MemoryModel:
 
         _, _, table = self.mcg.edge_tables[j]
         names = REUSE_OPTIONS[table.shape[2]]
-        at_v, at_u = np.zeros(len(a)), np.zeros(len(a))
         info = self.mcg.edges[j]
         spec = self.mcg.graph.tensors[info.tensor]
         rs = self.mcg.rescheduler
-        for q, (ai, bi, ri) in enumerate(zip(a, b, r)):
+        uniq, inv = np.unique(np.stack([a, b, r], axis=1), axis=0, return_inverse=True)
+        inv = np.asarray(inv).ravel()
+        u_v, u_u = np.zeros(len(uniq)), np.zeros(len(uniq))
+        for q, (ai, bi, ri) in enumerate(uniq):
             name = names[int(ri)]
             if name not in ("producer_copy", "consumer_copy"):
                 continue
-            key = ("rederive", j, int(ai), int(bi), name)
+            key = ("rederive", info.src_layouts[ai], info.dst_layouts[bi], info.tensor, name)
             hit = self._paths.get(key)
             if hit is None:
                 src, dst = info.src_layouts[int(ai)], info.dst_layouts[int(bi)]
@@ -479,14 +488,14 @@ class MemoryModel:
                         else rs.path(spec.shape, spec.dtype, dst, src.without_partial()))
                 hit = self._paths[key] = _path_peak(path, spec.shape, DTYPE_BYTES[spec.dtype], True)
             if name == "producer_copy":
-                at_v[q] = hit
+                u_v[q] = hit
             else:
-                at_u[q] = hit
-        return at_v, at_u
+                u_u[q] = hit
+        return u_v[inv], u_u[inv]
 
     def _edge_path_bytes(self, j: int, a: int, b: int):
         info = self.mcg.edges[j]
-        if self._copy_bytes(j)[a, b] == 0 and not info.src_layouts[a].is_partial:
+        if self._pair_copy(j, a, b) == 0 and not info.src_layouts[a].is_partial:
             return 0.0, 0.0
         spec = self.mcg.graph.tensors[info.tensor]
         item = DTYPE_BYTES[spec.dtype]
