@@ -64,6 +64,7 @@ def _cache_key(graph, cluster, devices, options) -> str:
     h.update(graph.fingerprint().encode())
     h.update(cluster.to_json(indent=None).encode())
     h.update(repr((devices, sorted(options.items()))).encode())
+    h.update(b"memory axis: peak")  # frontiers cached before memory was the peak are not reused
     return h.hexdigest()[:24]
 
 

@@ -120,6 +120,12 @@ class DeviceSpec:
         Peak throughput for other dtypes (tensor cores): e.g. ``{"float16": 125e12}``. Keys are
         normalised with :func:`normalize_dtype`; stored as a sorted tuple of pairs so the spec
         stays hashable.
+    efficiency : mapping operator family -> fraction in (0, 1], optional
+        Achieved fraction of the roofline per operator family (``"linear"``, ``"attention"``,
+        ``"unary:gelu"``...: an operator kind, or kind and function for elementwise ones; see
+        :meth:`efficiency_for`): the compute model divides an operator's roofline time (without
+        the launch overhead) by it. Missing families run at the roofline (1.0). Stored as a
+        sorted tuple of pairs.
 
     Examples
     --------
@@ -134,6 +140,7 @@ class DeviceSpec:
     memory_bandwidth: float
     kernel_overhead: float = 5e-6
     dtype_flops: tuple = ()
+    efficiency: tuple = ()
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -152,6 +159,16 @@ class DeviceSpec:
                 f"DeviceSpec.dtype_flops must map dtype names to FLOP/s, got {self.dtype_flops!r}"
             ) from None
         object.__setattr__(self, "dtype_flops", tuple(sorted(pairs.items())))
+        items = self.efficiency.items() if isinstance(self.efficiency, Mapping) else self.efficiency
+        try:
+            eff = {str(k): float(v) for k, v in items}
+        except (TypeError, ValueError):
+            raise InvalidInputError(
+                f"DeviceSpec.efficiency must map operator families to fractions, got {self.efficiency!r}") from None
+        bad = {k: v for k, v in eff.items() if not 0.0 < v <= 1.0}
+        if bad:
+            raise InvalidInputError(f"DeviceSpec.efficiency values must be in (0, 1], got {bad}")
+        object.__setattr__(self, "efficiency", tuple(sorted(eff.items())))
 
     def flops_for(self, dtype="float32") -> float:
         """Peak FLOP/s for ``dtype``: its ``dtype_flops`` entry, else ``peak_flops`` (fp32)."""
@@ -161,6 +178,14 @@ class DeviceSpec:
                 return v
         return self.peak_flops
 
+    def efficiency_for(self, family: str) -> float:
+        """Achieved fraction of the roofline for operator ``family`` (``"unary:gelu"`` falls back
+        to ``"unary"``); 1.0 when the spec has none."""
+        table = dict(self.efficiency)
+        if family in table:
+            return table[family]
+        return table.get(str(family).split(":", 1)[0], 1.0)
+
     def to_dict(self) -> dict:
         return {
             "name": self.name,
@@ -169,6 +194,7 @@ class DeviceSpec:
             "memory_bandwidth": self.memory_bandwidth,
             "kernel_overhead": self.kernel_overhead,
             "dtype_flops": dict(self.dtype_flops),
+            "efficiency": dict(self.efficiency),
         }
 
 
@@ -774,7 +800,10 @@ class Cluster:
 #   "4x RDMA" (TensorOpt Fig. 7b, like a DGX-1 with 4 IB cards): 4 ports x 12 GB/s.
 #   NVLink 3 (A100, 12 x 25 GB/s = 300 GB/s per direction, "600 GB/s" bidirectional): busbw ~230 GB/s.
 #   HDR InfiniBand 200 Gb/s (25 GB/s line), 8 per DGX A100: ~23 GB/s effective each, 4 us/step.
-#   NVLink 4 (H100 SXM, 18 x 25 GB/s = 450 GB/s per direction, "900 GB/s"): busbw ~360 GB/s.
+#   NVLink 4 (H100 SXM, 18 x 25 GB/s = 450 GB/s per direction, "900 GB/s"): busbw ~360 GB/s;
+#     1 us per ring step: with the 5 us launch per collective (kernel_overhead, charged by
+#     cost.comm), an 8-GPU all_reduce of a few bytes costs 5 + 14 x 1 = 19 us, the order of
+#     nccl-tests' small-message times on a DGX H100 (15-20 us), where 2 us per step gave 33 us.
 #   NDR InfiniBand 400 Gb/s (50 GB/s line), 8 per DGX H100: ~46 GB/s effective each, 4 us/step.
 #   cpu-1x4: MPI shared-memory collectives between processes, measured with this module's
 #     calibration on a 2-core VM (MPICH 5, 2 ranks, 4 MiB): busbw ~2-3.5 GB/s -> 3 GB/s, ~5 us per
@@ -786,10 +815,24 @@ _V100 = dict(name="V100-SXM2-16GB", memory="16GiB", peak_flops="15.7TFLOPS", mem
 _A100 = dict(name="A100-SXM4-80GB", memory="80GiB", peak_flops="19.5TFLOPS", memory_bandwidth="2039GB/s",
              kernel_overhead="5us",
              dtype_flops={"tfloat32": "156TFLOPS", "float16": "312TFLOPS", "bfloat16": "312TFLOPS"})
+# Achieved fraction of the roofline per operator family on an H100 (fp32, torch eager), fitted to
+# the per-operator calibration of shared/ground-truth/h100 (NVIDIA H100 80GB HBM3, torch 2.11.0+cu130,
+# 2026-11-23: gpt2 small at batch 8 x 1024 and bert_large at 32 x 512, every operator shard timed
+# forward + backward): efficiency = sum of roofline times / (sum of measured - launch overheads)
+# over both models' shards (per-model values in brackets): linear 0.72 [0.68, 0.73] (fp32 GEMMs
+# without TF32), attention 0.31 [0.34, 0.30] (fp32 memory-efficient SDPA), layer_norm 0.40
+# [0.26, 0.44], loss 0.43 [0.42, 0.45] (log-softmax + NLL, several passes), embedding 0.31
+# [0.33, 0.31] (gather + scatter-add backward), gelu 0.87 [0.83, 0.88], add 0.84 [0.61, 0.91].
+# Reshape, transpose and dropout are left at the roofline: the executor runs views and dropout as
+# the identity, and their calibrated times (~0.1 ms per call on small shards) are the timing
+# loop's floor, not work.
+_H100_EFFICIENCY = {"linear": 0.72, "matmul": 0.72, "bmm": 0.72, "attention": 0.31, "layer_norm": 0.40,
+                    "loss": 0.43, "embedding": 0.31, "unary:gelu": 0.87, "binary:add": 0.84}
 _H100 = dict(name="H100-SXM5-80GB", memory="80GiB", peak_flops="67TFLOPS", memory_bandwidth="3350GB/s",
              kernel_overhead="5us",
              dtype_flops={"tfloat32": "495TFLOPS", "float16": "989TFLOPS", "bfloat16": "989TFLOPS",
-                          "float8": "1979TFLOPS"})
+                          "float8": "1979TFLOPS"},
+             efficiency=_H100_EFFICIENCY)
 
 _NVLINK2 = dict(kind="nvlink", bandwidth="130GB/s", latency="2us")
 _PCIE3 = dict(kind="pcie", bandwidth="13GB/s", latency="5us", ports=4)
@@ -817,11 +860,11 @@ def _preset_table():
             LinkSpec("nvlink", "230GB/s", "2us"), LinkSpec("infiniband", "23GB/s", "4us", ports=8)),
         "h100-4x8": lambda: Cluster(
             "h100-4x8", 4, 8, DeviceSpec(**_H100),
-            LinkSpec("nvlink", "360GB/s", "2us"), LinkSpec("infiniband", "46GB/s", "4us", ports=8)),
+            LinkSpec("nvlink", "360GB/s", "1us"), LinkSpec("infiniband", "46GB/s", "4us", ports=8)),
         # 8 machines x 8 H100 (64 devices), same machines and network as h100-4x8.
         "h100-8x8": lambda: Cluster(
             "h100-8x8", 8, 8, DeviceSpec(**_H100),
-            LinkSpec("nvlink", "360GB/s", "2us"), LinkSpec("infiniband", "46GB/s", "4us", ports=8)),
+            LinkSpec("nvlink", "360GB/s", "1us"), LinkSpec("infiniband", "46GB/s", "4us", ports=8)),
         # 4 CPU processes on this machine (executor tests): shared-memory MPI.
         "cpu-1x4": lambda: Cluster(
             "cpu-1x4", 1, 4,

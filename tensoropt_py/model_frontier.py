@@ -213,7 +213,7 @@ class Frontier:
     def accuracy(self) -> str:
         """Whether these are exactly the Pareto-optimal points of the cost model, and if not, why."""
         if self.exact:
-            return "exact frontier of the cost model"
+            return "exact frontier of the additive cost model; memory = each point's modelled peak"
         why = []
         if self.epsilon > 0:
             why.append(f"epsilon={self.epsilon:g}, memory within {self.memory_bound_factor:.3g}x "
@@ -317,6 +317,7 @@ def compute_frontier(graph, cluster, devices: int, *, method: Method = "ldp", ex
     """
     from .cost.builder import build_cost_graph
     from .cost.training import TrainingOptions
+    from .cost.memory import peak_frontier
     from .engine import track
 
     training = training or TrainingOptions()
@@ -328,6 +329,7 @@ def compute_frontier(graph, cluster, devices: int, *, method: Method = "ldp", ex
     t1 = _time.perf_counter()
     note("build", 1.0, t1 - t0)
     note("track", 0.0, 0.0)
+
     def on_track(info):  # the engine's counters: the share of nodes eliminated, points so far
         nodes = max(int(info.get("nodes") or 0), 1)
         done = 1.0 - int(info.get("nodes_left", nodes)) / nodes
@@ -337,18 +339,21 @@ def compute_frontier(graph, cluster, devices: int, *, method: Method = "ldp", ex
                     progress=on_track if progress is not None else None)
     t2 = _time.perf_counter()
     note("track", 1.0, t2 - t1)
-    choices = np.asarray(tracked.choices, dtype=np.int64)
-    compute = np.zeros(len(tracked.memory))
+    # the memory axis is each strategy's peak live memory (cost.memory), not Eq. 3's sum
+    keep, memory = peak_frontier(mcg, tracked.memory, tracked.time, tracked.choices, tracked.edge_choices)
+    choices = np.asarray(tracked.choices, dtype=np.int64)[keep]
+    edge_choices = np.asarray(tracked.edge_choices, dtype=np.int64)[keep]
+    compute = np.zeros(len(keep))
     for i, costs in enumerate(mcg.node_costs):
         compute += np.asarray(costs)[choices[:, i], 2]
-    time = np.asarray(tracked.time, dtype=float)
+    time = np.asarray(tracked.time, dtype=float)[keep]
     # Any heuristic elimination, epsilon thinning, a config cap or the Mesh-TensorFlow
     # restriction make the result not the exact frontier of the model's space.
     heuristic = int(tracked.n_heuristic)
     return Frontier(
-        memory=np.asarray(tracked.memory, dtype=float), time=time, compute_time=compute,
+        memory=np.asarray(memory, dtype=float), time=time, compute_time=compute,
         communication_time=np.maximum(time - compute, 0.0), choices=choices,
-        edge_choices=np.asarray(tracked.edge_choices, dtype=np.int64), devices=devices, model=graph.name,
+        edge_choices=edge_choices, devices=devices, model=graph.name,
         cluster=cluster.name, epsilon=float(epsilon),
         exact=bool(heuristic == 0 and epsilon == 0 and not mesh_tensorflow and max_configs is None),
         heuristic_eliminations=heuristic, seconds={"build": t1 - t0, "track": t2 - t1},

@@ -176,6 +176,14 @@ class Plan:
         The task-graph simulator's time, when the plan was refined by simulation.
     precision : {"32-true", "bf16-mixed"}
         The training precision the costs assume and the executor runs in.
+    peak_operator, peak_phase : str
+        Where the peak memory happens: the operator running then and the phase
+        (``"forward"``, ``"backward"`` or ``"optimizer"``; see :mod:`tensoropt_py.cost.memory`).
+        Empty in plans written before peaks were modelled.
+    additive_memory : float or None
+        TensorOpt Eq. 3's memory (the sum of the operators' and edges' memory, what the engine
+        tracks); ``memory`` is the peak of the live memory over the iteration. None in older
+        plans, whose ``memory`` is that sum.
 
     Examples
     --------
@@ -202,6 +210,9 @@ class Plan:
     method: str = "tensoropt"
     notes: tuple[str, ...] = field(default=())
     precision: str = "32-true"
+    peak_operator: str = ""
+    peak_phase: str = ""
+    additive_memory: float | None = None
 
     # --- serialisation -------------------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -222,7 +233,8 @@ class Plan:
         if fmt != PLAN_FORMAT:
             raise InvalidInputError(f"not a tensoropt_py plan: format {fmt!r}, expected {PLAN_FORMAT!r}")
         missing = [f.name for f in fields(cls) if f.name not in d and f.name not in
-                   ("model_fingerprint", "optimizer", "simulated_time", "method", "notes", "precision")]
+                   ("model_fingerprint", "optimizer", "simulated_time", "method", "notes", "precision",
+                    "peak_operator", "peak_phase", "additive_memory")]
         if missing:
             raise InvalidInputError(f"plan JSON lacks the fields {missing}")
         kwargs = {f.name: _tuples(d[f.name]) for f in fields(cls) if f.name in d}
@@ -243,9 +255,10 @@ class Plan:
         from .units import format_bytes, format_time
 
         sim = "" if self.simulated_time is None else f", simulated {format_time(self.simulated_time)}"
+        where = f" (peak in {self.peak_phase} of {self.peak_operator or 'the optimizer step'})" if self.peak_phase else ""
         return (
             f"Plan({self.model} on {self.cluster}, {self.devices} devices: memory {format_bytes(self.memory)} per "
-            f"device, time {format_time(self.time)} per iteration (compute {format_time(self.compute_time)}, "
+            f"device{where}, time {format_time(self.time)} per iteration (compute {format_time(self.compute_time)}, "
             f"communication {format_time(self.communication_time)}){sim}{self.training_summary()})"
         )
 
@@ -321,8 +334,11 @@ def plan_from_choices(mcg, choices, edge_choices, *, model: str, cluster: str, o
     precision : {"32-true", "bf16-mixed"}
         The precision the costs assumed.
     """
+    from .cost.memory import MemoryModel, models_peak
+
     record = mcg.decode(choices, edge_choices)
     graph = mcg.graph
+    peak = MemoryModel(mcg).profile(choices, edge_choices) if models_peak(mcg) else None
     ops = []
     for rec in record.ops:
         op = graph.operator(rec.name)
@@ -340,12 +356,13 @@ def plan_from_choices(mcg, choices, edge_choices, *, model: str, cluster: str, o
                               backward=_collectives(rec.backward), reuse=rec.reuse, memory=rec.memory, time=rec.time,
                               rederive=_collectives(rec.rederive)))
     return Plan(model=model, cluster=cluster, devices=int(mcg.num_devices), operators=tuple(ops), edges=tuple(edges),
-                memory=record.memory, time=record.time, compute_time=record.compute_time,
+                memory=record.memory if peak is None else peak.peak, time=record.time, compute_time=record.compute_time,
                 communication_time=record.comm_time,
                 choices=tuple(int(c) for c in np.asarray(choices).ravel()),
                 edge_choices=tuple(int(c) for c in np.asarray(edge_choices).ravel()),
                 model_fingerprint=fingerprint or graph.fingerprint(), optimizer=optimizer, method=method,
-                precision=precision)
+                precision=precision, peak_operator="" if peak is None else peak.operator,
+                peak_phase="" if peak is None else peak.phase, additive_memory=record.memory)
 
 
 def config_from_plan(op, op_plan) -> OpConfig:

@@ -1,7 +1,9 @@
 """Shared pytest configuration: hypothesis profiles and optional-dependency skips."""
 
 import os
+from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 # Scripts that the MPI tests launch under mpiexec: not test modules, and not importable
@@ -28,3 +30,12 @@ def pytest_configure(config):
     except ImportError:
         return
     torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def h100_ground_truth():
+    """``shared/ground-truth/h100`` beside the repository (measured on a real H100); skip without it."""
+    folder = Path(__file__).resolve().parents[2] / "shared" / "ground-truth" / "h100"
+    if not folder.is_dir():
+        pytest.skip(f"no ground truth files in {folder}")
+    return folder

@@ -395,3 +395,17 @@ def test_calibrate_model_compute_feeds_cost_graph(tmp_path):
         main(["--model", "mlp", "--no-comm"])
     with pytest.raises(InvalidInputError, match="--no-comm"):
         main(["--no-comm"])
+
+
+def test_multi_tensor_update_shares_split_one_step_by_bytes():
+    import torch
+
+    from tensoropt_py.calibrate.operators import _constant, _multi_tensor_update_shares, calibrate_compute
+
+    ups = [("a", (64, 32), "float32"), ("b", (32,), "float32"), ("c", (128, 64), "float32")]
+    shares = _multi_tensor_update_shares("adam", ups, torch.device("cpu"), repeats=2, warmup=1, sync=None)
+    assert set(shares) == {"a", "b", "c"} and all(v > 0 for v in shares.values())
+    assert shares["c"] / shares["a"] == pytest.approx(4.0)  # 8192 vs 2048 elements
+    assert shares["a"] / shares["b"] == pytest.approx(64.0)
+    table = calibrate_compute([("a", _constant(shares["a"]))], repeats=1, warmup=0)
+    assert table.get("a") == shares["a"]  # a share is recorded as timed, not re-timed

@@ -191,3 +191,17 @@ def test_with_calibration_and_errors(tmp_path):
         p = _write(tmp_path / name, data)
         with pytest.raises(CalibrationError, match=name):
             load_calibration(p)
+
+
+def test_device_efficiency_is_validated_and_falls_back():
+    from tensoropt_py.cluster import DeviceSpec
+    from tensoropt_py.errors import InvalidInputError
+
+    d = DeviceSpec("toy", "1GiB", "1TFLOPS", "100GB/s", "5us", efficiency={"linear": 0.5, "unary": 0.8})
+    assert d.efficiency_for("linear") == 0.5
+    assert d.efficiency_for("unary:gelu") == 0.8  # the kind's value when the function has none
+    assert d.efficiency_for("attention") == 1.0  # unknown families run at the roofline
+    assert DeviceSpec(**d.to_dict()) == d
+    for bad in ({"linear": 0.0}, {"linear": 1.5}, {"linear": "fast"}):
+        with pytest.raises(InvalidInputError, match="efficiency"):
+            DeviceSpec("toy", "1GiB", "1TFLOPS", "100GB/s", efficiency=bad)

@@ -96,7 +96,8 @@ def test_all_reduce_is_reduce_scatter_plus_all_gather(name, groups):
         ar = m.collective_time("all_reduce", n, groups)
         rs = m.collective_time("reduce_scatter", n, groups)
         ag = m.collective_time("all_gather", n, groups)
-        assert ar == pytest.approx(rs + ag, rel=1e-9)
+        launch = cl.device.kernel_overhead  # charged once per call
+        assert ar == pytest.approx(rs + ag - launch, rel=1e-9)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -147,13 +148,14 @@ def test_network_variants_order_like_fig7():
 def test_known_values():
     m = CommModel(V100)
     n = 2**20
+    L = 5e-6  # the V100's kernel_overhead: one launch per collective
     # one cross-machine pair: 2 steps of 5 us + n / 12 GB/s
-    assert m.collective_time("all_reduce", n, CROSS_PAIR) == pytest.approx(10e-6 + n / 12e9, rel=1e-12)
+    assert m.collective_time("all_reduce", n, CROSS_PAIR) == pytest.approx(L + 10e-6 + n / 12e9, rel=1e-12)
     # eight concurrent pairs share one EDR port
-    assert m.collective_time("all_reduce", n, CROSS_PAIRS) == pytest.approx(10e-6 + 8 * n / 12e9, rel=1e-12)
+    assert m.collective_time("all_reduce", n, CROSS_PAIRS) == pytest.approx(L + 10e-6 + 8 * n / 12e9, rel=1e-12)
     # 8-GPU NVLink ring: 14 steps of 2 us + 2 * 7/8 * n / 130 GB/s
-    assert m.collective_time("all_reduce", n, INTRA8) == pytest.approx(28e-6 + 1.75 * n / 130e9, rel=1e-12)
-    assert m.p2p_time(n, 3, 12) == pytest.approx(5e-6 + n / 12e9, rel=1e-12)
+    assert m.collective_time("all_reduce", n, INTRA8) == pytest.approx(L + 28e-6 + 1.75 * n / 130e9, rel=1e-12)
+    assert m.p2p_time(n, 3, 12) == pytest.approx(L + 5e-6 + n / 12e9, rel=1e-12)
 
 
 def _calibrated(entries):
@@ -231,3 +233,16 @@ def test_cache_returns_same_values_after_clear():
     vals = [m.collective_time("all_to_all", 2**i + 1, FULL) for i in range(20)]
     m.clear_cache()
     assert vals == [m.collective_time("all_to_all", 2**i + 1, FULL) for i in range(20)]
+
+
+def test_every_collective_call_pays_the_launch_cost():
+    base = Cluster.preset("h100-4x8")
+    free = dataclasses.replace(base, device=dataclasses.replace(base.device, kernel_overhead=0.0))
+    slow = dataclasses.replace(base, device=dataclasses.replace(base.device, kernel_overhead=30e-6))
+    g = ((0, 1, 2, 3),)
+    for kind in COLLECTIVES:
+        for n in (1, 2**20):
+            t0 = CommModel(free).collective_time(kind, n, g)
+            assert CommModel(base).collective_time(kind, n, g) == pytest.approx(t0 + 5e-6, rel=1e-12)
+            assert CommModel(slow).collective_time(kind, n, g) == pytest.approx(t0 + 30e-6, rel=1e-12)
+        assert CommModel(slow).collective_time(kind, 0, g) == 0.0  # nothing to send: no call

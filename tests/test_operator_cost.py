@@ -113,3 +113,34 @@ def test_graph_output_left_partial_pays_its_all_reduce():
     i = mcg.op_names.index("loss")
     k = mcg.data_parallel_choice()[i]
     assert mcg.node_costs[i][k][3] == pytest.approx(comm.collective_time("all_reduce", 4, ((0, 1, 2, 3),)))
+
+
+def test_efficiency_divides_the_roofline_part_only():
+    import dataclasses
+
+    from tensoropt_py.cost.compute import ComputeModel
+
+    base = Cluster.preset("h100-4x8")
+    plain = dataclasses.replace(base, device=dataclasses.replace(base.device, efficiency={}))
+    f, b = 2e12, 1e9
+    t_plain = ComputeModel(plain).times(f, b, family="linear")
+    t_eff = ComputeModel(base).times(f, b, family="linear")
+    over = base.device.kernel_overhead
+    assert base.device.efficiency_for("linear") < 1
+    assert t_eff - over == pytest.approx((t_plain - over) / base.device.efficiency_for("linear"), rel=1e-12)
+    assert ComputeModel(base).times(f, b, family="reshape") == pytest.approx(t_plain, rel=1e-12)
+
+
+def test_uncalibrated_h100_time_of_the_ground_truth_within_20_percent(h100_ground_truth):
+    import json
+
+    from tensoropt_py.cost.builder import build_cost_graph
+    from tensoropt_py.inputs import load_model
+    from tensoropt_py.plan import Plan
+
+    gt = h100_ground_truth
+    for name in ("gpt2", "bert_large"):
+        plan = Plan.from_json(gt / f"{name}.plan.json")
+        measured = json.loads((gt / f"{name}.report.json").read_text())["time"]["measured"]
+        rec = build_cost_graph(load_model(name), Cluster.preset("h100-4x8"), 1).decode(plan.choices, plan.edge_choices)
+        assert rec.time == pytest.approx(measured, rel=0.20), name

@@ -8,6 +8,7 @@ import pytest
 import tensoropt_py as to
 from tensoropt_py.errors import InvalidInputError
 from tensoropt_py.engine import evaluate
+from tensoropt_py.cost.memory import MemoryModel
 from tensoropt_py.plan import Collective, EdgePlan, OperatorPlan, Plan
 
 
@@ -44,11 +45,14 @@ def test_plan_recomputes_from_cost_graph(fr):
     for i in (0, fr.turning_point, len(fr) - 1):
         plan = Plan.from_json(fr.plan(i).to_json())  # a loaded plan still names its strategy
         m, t = evaluate(fr.cost_graph, plan.choices, plan.edge_choices)
-        assert plan.memory == pytest.approx(m[0], rel=1e-12)
+        assert plan.additive_memory == pytest.approx(m[0], rel=1e-12)
+        peak = MemoryModel(fr.model_cost_graph).profile(plan.choices, plan.edge_choices)
+        assert plan.memory == pytest.approx(peak.peak, rel=1e-12) and plan.memory == pytest.approx(fr.memory[i])
+        assert (plan.peak_phase, plan.peak_operator) == (peak.phase, peak.operator)
         assert plan.time == pytest.approx(t[0], rel=1e-12)
         total_m = sum(o.memory for o in plan.operators) + sum(e.memory for e in plan.edges)
         total_t = sum(o.time for o in plan.operators) + sum(e.time for e in plan.edges)
-        assert total_m == pytest.approx(plan.memory, rel=1e-12)
+        assert total_m == pytest.approx(plan.additive_memory, rel=1e-12)
         assert total_t == pytest.approx(plan.time, rel=1e-12)
         # edge times are communication: compute comes from operators only
         assert plan.communication_time == pytest.approx(

@@ -214,3 +214,23 @@ def test_fast_rescheduler_errors_match_reference():
         assert str(e1.value) == str(e2.value)
     assert fast.matrix((8, 2), "float32", [], [ok]).shape == (0, 1)
     assert fast.times((8, 2), "float32", bad, []).shape == (0,)
+
+
+@pytest.mark.parametrize("make", ["fast", "reference"])
+def test_one_collective_where_a_chain_only_saves_latency(make):
+    """S0 -> R and P -> R over 8 devices of one H100 machine: one collective, not a chain of 2-device ones.
+
+    Each collective call pays the device's launch cost, so the shortest path only chains
+    collectives where that saves more than the extra launches.
+    """
+    from tensoropt_py.cost.reschedule import ReferenceRescheduler
+
+    cm = CommModel(Cluster.preset("h100-4x8"))
+    r = Rescheduler(cm) if make == "fast" else ReferenceRescheduler(cm)
+    fine = (2, 2, 2)  # the fine axes of a 1-D mesh of 8
+    p = r.path((1024, 1024), "float32", Layout(fine, (0, 0, 0)), Layout(fine, (-1, -1, -1)))
+    assert [s.kind for s in p.steps] == ["all_gather"]
+    assert p.steps[0].groups == (tuple(range(8)),)
+    assert p.time == pytest.approx(cm.collective_time("all_gather", 1024 * 1024 * 4, (tuple(range(8)),)))
+    q = r.path((1024, 1024), "float32", Layout(fine, (PARTIAL,) * 3), Layout(fine, (REPLICATE,) * 3))
+    assert [s.kind for s in q.steps] == ["all_reduce"]

@@ -382,7 +382,7 @@ def test_zoo_mlp_plan_is_valid_and_costed_by_our_model(mlp4, tmp_path):
     assert plan.notes[0].startswith("SOYBEAN communication")
     # costed by plan_from_choices: the CostGraph re-adds to the plan's memory and time
     m, t = evaluate(mcg.cost_graph, plan.choices, plan.edge_choices)
-    assert plan.memory == pytest.approx(m[0], rel=1e-12) and plan.time == pytest.approx(t[0], rel=1e-12)
+    assert plan.additive_memory == pytest.approx(m[0], rel=1e-12) and plan.time == pytest.approx(t[0], rel=1e-12)
     assert Plan.from_json(plan.to_json()) == plan
     # in our space, so weakly dominated by the exact frontier
     assert np.any((fr.memory <= plan.memory * (1 + 1e-9)) & (fr.time <= plan.time * (1 + 1e-9)))

@@ -78,7 +78,7 @@ True
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -187,6 +187,10 @@ class ModelCostGraph:
     edge_tables: tuple
     rescheduler: Any = field(repr=False, compare=False)
     edge_index: tuple = field(repr=False, compare=False)
+    #: What the costs assumed (the peak-memory timeline of :mod:`tensoropt_py.cost.memory` reads them).
+    optimizer: str = "adam"
+    mixed_precision: bool = False
+    cluster: Any = field(default=None, repr=False, compare=False)
 
     def config_counts(self) -> dict:
         """Operator name -> number of configurations."""
@@ -380,8 +384,10 @@ def build_cost_graph(graph: Graph, cluster, devices: int, *, optimizer: str = "a
     coster = OperatorCoster(cluster, comm=comm, compute=compute, optimizer=optimizer,
                             mixed_precision=mixed_precision, dtype=dtype)
     if reference:
-        return _build_reference(graph, n, valid, mesh_tf, max_configs, coster, rescheduler)
-    return _build_fast(graph, n, valid, mesh_tf, max_configs, coster, rescheduler, training)
+        mcg = _build_reference(graph, n, valid, mesh_tf, max_configs, coster, rescheduler)
+    else:
+        mcg = _build_fast(graph, n, valid, mesh_tf, max_configs, coster, rescheduler, training)
+    return replace(mcg, optimizer=optimizer, mixed_precision=bool(mixed_precision), cluster=cluster)
 
 
 def _use_slots(op):

@@ -1,7 +1,9 @@
 """Compute cost model: seconds to run one operator shard on one device.
 
-By default a **roofline**: ``max(flops / peak(dtype), bytes_moved / memory_bandwidth) +
-kernel_overhead`` with the cluster's :class:`~tensoropt_py.cluster.DeviceSpec`. When the cluster
+By default a **roofline**: ``max(flops / peak(dtype), bytes_moved / memory_bandwidth) / efficiency
++ kernel_overhead`` with the cluster's :class:`~tensoropt_py.cluster.DeviceSpec`, where
+``efficiency`` is the achieved fraction of the roofline of the operator's family on that device
+(:meth:`~tensoropt_py.cluster.DeviceSpec.efficiency_for`: fitted per preset, 1.0 where unknown). When the cluster
 carries a measured :class:`~tensoropt_py.cluster.ComputeTable` (from
 :func:`tensoropt_py.calibrate.calibrate_compute`), a call with a ``key`` present in the
 table returns the measured seconds instead.
@@ -121,14 +123,19 @@ class ComputeModel:
             return 0.0
         return max(f * self._inv(dtype), b * self._inv_bw) + self._overhead
 
-    def times(self, flops, bytes_moved, dtype="float32") -> np.ndarray:
-        """Vectorised roofline :meth:`time` (no table lookup) over broadcastable arrays."""
+    def times(self, flops, bytes_moved, dtype="float32", family: str | None = None) -> np.ndarray:
+        """Vectorised roofline :meth:`time` (no table lookup) over broadcastable arrays.
+
+        ``family`` (an operator family, :meth:`~tensoropt_py.cluster.DeviceSpec.efficiency_for`)
+        divides the roofline part by the device's achieved fraction for it.
+        """
         f = np.asarray(flops, dtype=np.float64)
         b = np.asarray(bytes_moved, dtype=np.float64)
         for arr, what in ((f, "flops"), (b, "bytes_moved")):
             if not np.all(np.isfinite(arr)) or np.any(arr < 0):
                 raise InvalidInputError(f"{what} must be finite and >= 0 everywhere")
-        t = np.maximum(f * self._inv(dtype), b * self._inv_bw) + self._overhead
+        eff = 1.0 if family is None else self.cluster.device.efficiency_for(family)
+        t = np.maximum(f * self._inv(dtype), b * self._inv_bw) / eff + self._overhead
         return np.where((f == 0) & (b == 0), 0.0, t)
 
     def source(self, key: str | None) -> str:

@@ -74,7 +74,7 @@ from ..graph.ir import DTYPE_BYTES, Operator, OpKind, TensorRole
 from ..space.mesh import fine_groups
 from .optimizer import check_optimizer, state_bytes_per_param, update_key, update_work
 
-__all__ = ["OperatorCosts", "OperatorCoster", "split_matrix", "local_numel", "compute_key", "local_shapes",
+__all__ = ["OperatorCosts", "OperatorCoster", "split_matrix", "local_numel", "compute_key", "local_shapes", "op_family",
            "config_compute_keys", "compute_dtype", "KEY_IGNORED_ATTRS"]
 
 #: Attributes left out of :func:`compute_key`: tensor names (``order``), global target shapes
@@ -170,6 +170,28 @@ def op_work_kind(op: Operator) -> str:
     return f"{op.kind.value}|{attrs}"
 
 
+def _updates_as_executed(table) -> bool:
+    """Whether a measured table's optimizer-update entries time updates as the executor runs them.
+
+    On a GPU torch's optimizer runs one multi-tensor (``foreach``) step over every parameter;
+    tables written before :mod:`tensoropt_py.calibrate` timed it that way (no
+    ``optimizer_timing`` in their metadata, ``torch_device`` CUDA) hold single-tensor steps,
+    mostly launch overhead a real step pays once (0.15 ms per parameter on the H100 of
+    ``shared/ground-truth``: +29 ms on GPT-2's 195 ms).
+    """
+    meta = getattr(table, "meta", None) or {}
+    if not str(meta.get("torch_device", "cpu")).startswith("cuda"):
+        return True
+    return meta.get("optimizer_timing") == "multi_tensor"
+
+
+def op_family(op: Operator) -> str:
+    """The operator family the compute model's efficiencies are keyed by: the kind, and the
+    function of elementwise and loss operators (``"linear"``, ``"unary:gelu"``, ``"binary:add"``)."""
+    fn = dict(op.attrs).get("fn") if op.kind in (OpKind.UNARY, OpKind.BINARY) else None
+    return op.kind.value if fn is None else f"{op.kind.value}:{fn}"
+
+
 def local_shapes(op: Operator, tensors, config) -> tuple[tuple[int, ...], ...]:
     """Local shard shape of every use of ``op`` (``op.uses()`` order) under ``config``.
 
@@ -249,6 +271,8 @@ class OperatorCoster:
         """
         out = np.zeros(len(configs))
         table = getattr(self.compute, "table", None)
+        if table is not None and not _updates_as_executed(table):
+            table = None  # per-tensor GPU timings of a multi-tensor step: the roofline is closer
         seen = set()
         for pi, use in enumerate(op.params):
             spec = tensors[use.tensor]
@@ -310,8 +334,10 @@ class OperatorCoster:
             local_bytes.setdefault(use.tensor, lb)
             moved += lb
         dtype = compute_dtype(op, tensors, self.dtype, self.mixed_precision)
-        fwd = self.compute.times(op.flops / total_split, moved, dtype=dtype)
-        bwd = self.compute.times(op.backward_flops / total_split, 2 * moved, dtype=dtype) if op.backward_flops else np.zeros(K)
+        fam = op_family(op)
+        fwd = self.compute.times(op.flops / total_split, moved, dtype=dtype, family=fam)
+        bwd = (self.compute.times(op.backward_flops / total_split, 2 * moved, dtype=dtype, family=fam)
+               if op.backward_flops else np.zeros(K))
         compute_time = np.asarray(fwd + bwd, dtype=np.float64)
         table = getattr(self.compute, "table", None)
         if table is not None and len(table) and op.kind is not OpKind.INPUT:

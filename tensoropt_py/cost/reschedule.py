@@ -60,7 +60,7 @@ Examples
 >>> rs = Rescheduler(CommModel(Cluster.preset("v100-2x8")))
 >>> p = rs.path((64, 1024), "float32", Layout((2, 2), (0, 0)), Layout((2, 2), (-1, -1)))
 >>> [(s.kind, s.fine_axes, s.groups, s.nbytes) for s in p.steps]
-[('all_gather', (1,), ((0, 1), (2, 3)), 131072), ('all_gather', (0,), ((0, 2), (1, 3)), 262144)]
+[('all_gather', (0, 1), ((0, 1, 2, 3),), 262144)]
 >>> str(rs.path((64, 1024), "float32", Layout((2, 2), (-2, -1)), Layout((2, 2), (-1, 1))))
 'slice[1] -> all_reduce[0]'
 >>> rs.path((64, 1024), "float32", Layout((2, 2), (0, 1)), Layout((2, 2), (0, 1))).time

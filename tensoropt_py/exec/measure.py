@@ -3,8 +3,9 @@
 * :class:`Report`: losses per step; per-iteration time (median over the steps after the
   warm-up; the slowest rank), time in communication (sum of the seconds of the collectives
   of one iteration: edges and gradient all-reduces; median, slowest rank), per-rank peak
-  memory (CPU: live bytes the executor tracks, parameters + gradients + optimizer state +
-  constants + the distinct storages autograd saved in forward; CUDA:
+  memory (CPU: the high-water mark of one more iteration under torch's ``MemTracker``,
+  :func:`~tensoropt_py.exec.runner.tracked_peak`, or parameters + gradients + optimizer state
+  + constants + the distinct storages autograd saved in forward where the tracker is missing; CUDA:
   ``torch.cuda.max_memory_allocated``), each next to the plan's prediction with the relative
   error, and the collectives of the last iteration. ``to_json`` writes
   ``{"losses", "time": {"predicted", "measured"}, "memory": {...}, "communication_time": {...},

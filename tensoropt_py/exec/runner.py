@@ -77,7 +77,7 @@ from ..plan import config_from_plan
 from .shard import gather_full, place_coordinate, shard
 from .training_exec import Rerun, ShardedGroup, autocast, input_sources
 
-__all__ = ["run_plan", "Executor", "Report", "synthetic_batch", "reference_train",
+__all__ = ["run_plan", "Executor", "Report", "synthetic_batch", "reference_train", "tracked_peak",
            "expected_collectives", "main", "OPTIMIZERS", "make_optimizer"]
 
 
@@ -640,11 +640,19 @@ class Executor:
         # what backward will read: kept saved tensors and the copies re-derivations start from
         sources = [self._copies[x] if isinstance(x, str) else x for x in self._sources]
         saved = _saved_bytes([h.tensor for h in self._holders if h.tensor is not None] + sources, self._param_ptrs)
+        # autograd owns the holders now: dropping our references lets backward free each saved
+        # tensor after its node runs (as plain torch does) instead of at the end of backward.
+        # With recomputation, holders, re-runs and re-derivations reference each other: those
+        # holders are kept to break the cycles after backward, so this iteration's tensors go
+        # then, not at a garbage collection.
+        entangled = self._holders if self._reruns else []
+        self._holders, self._sources, self._seq = [], [], []
+        sources = None
         with be.phase("bwd"):
             loss.backward()
         loss = loss.detach()
-        for h in self._holders:  # released holders, re-runs and re-derivations reference each other: break
-            h.tensor = h.source = None  # the cycles, so that this iteration's tensors go now, not at a GC
+        for h in entangled:
+            h.tensor = h.source = None
         for r in self._reruns.values():
             r.result = r.sources = None
         self._holders, self._sources, self._copies = [], [], {}
@@ -703,6 +711,39 @@ class Executor:
                 loc, lay = self.master[t.name]
                 out[t.name] = gather_full(loc.detach(), lay, t.shape, self.be).cpu()
         return out
+
+
+def tracked_peak(ex: Executor, step: int) -> float | None:
+    """Peak live bytes of one more iteration on CPU, measured with torch's ``MemTracker``.
+
+    ``torch.distributed._tools.mem_tracker.MemTracker`` follows every storage created in its
+    context (and the parameters, optimizer state and constants registered with it) and keeps
+    the high-water mark: what ``torch.cuda.max_memory_allocated`` reports on a GPU. The
+    iteration runs after the timed ones (so the tracker's dispatch overhead never enters a
+    time) and the parameters and optimizer state are restored after it, so losses and final
+    parameters are those of ``steps`` iterations. Every rank must call it. None when the
+    tracker is not available in this torch.
+    """
+    try:
+        from torch.distributed._tools.mem_tracker import MemTracker
+    except ImportError:  # pragma: no cover - torch builds without distributed
+        return None
+    import copy
+
+    weights = [p.detach().clone() for p in ex.params]
+    state = copy.deepcopy(ex.opt.state_dict())
+    mt = MemTracker()
+    mt.track_external(*ex.params, ex.opt, *[v for v in ex.views.values() if isinstance(v, torch.Tensor)])
+    with mt:
+        ex.step(step)
+    peak = mt.get_tracker_snapshot("peak")
+    with torch.no_grad():
+        for p, w in zip(ex.params, weights):
+            p.copy_(w)
+    ex.opt.load_state_dict(state)
+    for p in ex.params:
+        p.grad = None
+    return float(sum(v.get("Total", 0) for v in peak.values()))
 
 
 def _unpack(h):
@@ -825,17 +866,22 @@ def run_plan(plan, graph: Graph, steps: int = 3, seed: int = 0, *, backend="auto
     except BaseException as exc:
         exc._tensoropt_during_run = True  # main() aborts the whole job
         raise
+    notes = []
     if be.device.type == "cuda":
         mem = float(torch.cuda.max_memory_allocated(be.device))
     else:
-        mem = float(ex.state_bytes() + saved_peak)
+        tracked = tracked_peak(ex, steps)
+        if tracked is None:
+            mem = float(ex.state_bytes() + saved_peak)
+            notes.append("CPU memory: parameters, gradients, optimizer state and saved tensors (no MemTracker)")
+        else:
+            mem = tracked
     w = min(max(int(warmup), 0), steps - 1)
     t_med = statistics.median(times[w:])
     c_med = statistics.median(comm_times[w:])
     mine = {"time": t_med, "comm": c_med, "memory": mem}
     allr = comm.allgather(mine) if comm is not None else [mine]
     counts = collective_counts(last)
-    notes = []
     if ex.shared:
         notes.append(f"tied parameters {sorted(ex.shared)} are rescheduled to their readers (extra collectives)")
     report = Report(

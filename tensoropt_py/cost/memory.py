@@ -1,0 +1,651 @@
+"""Peak memory of a strategy: the largest live memory over one training iteration.
+
+TensorOpt's Eq. 3 adds memory like time: parameters + gradients + optimizer state + every
+tensor kept for backward. A device's real high-water mark is reached at one instant of the
+iteration, and it also holds *transients* the sum never sees: the forward activations not yet
+freed, the gradients of activations in flight during backward, the loss head's log-probability
+gradient, the optimizer's scratch tensors. This module walks the iteration the way the executor
+(:mod:`tensoropt_py.exec.runner`) runs it and returns the peak and where it happens.
+
+The timeline (per device, steady state: optimizer state exists, ``zero_grad(set_to_none=True)``)
+--------------------------------------------------------------------------------------------
+Events: for every operator in graph order the rescheduling of its inputs, then its forward
+(``0 .. 2n-1``), the backward of every operator in reverse order (``2n .. 3n-1``), then the
+optimizer step (``3n``, gradient all-reduces included). Live memory at an event is the sum of
+the allocations whose interval holds it, plus the event's own transient:
+
+==================================== =========================================== ==========================
+allocation (local shard bytes)       interval                                     notes
+==================================== =========================================== ==========================
+weights, optimizer state, constants  every event                                  ``zero_grad`` keeps them
+gradient of a parameter              backward of its reader .. optimizer step      a shared one: its first
+                                                                                  reader's layout
+node's saved tensors (Eq. 1)         forward .. backward of the operator
+edge's saved copies (tensor reuse)   forward .. backward of the producer          an upper bound on the copy's life
+output kept by no operator           forward of producer .. forward of last        dropped from the working set
+                                     reader                                       after its last reader; reshape
+                                                                                  and transpose outputs are views
+output kept by consumers only        forward of producer .. before first keeper    then the keeper's copy
+gradient of an activation            backward of its last reader .. backward of    what autograd accumulates
+                                     its producer
+rescheduling buffers                 before the consumer's forward; the            input, result and the result
+                                     producer's backward for the gradient's       in place, per collective
+consumer's rescheduled copy          the consumer's forward                        unless it keeps it (saved)
+==================================== =========================================== ==========================
+
+A shared parameter is kept in its first reader's layout; a reader with another layout holds a
+rescheduled copy from its forward to its backward and sends its gradient back (twice the copy,
+in its backward). A copy a single-copy tensor-reuse option drops is re-derived in backward
+(its rescheduling's buffers at the backward of the operator that kept it). Event transients: a shared parameter's reader other than the first to run backward adds its
+gradient to the accumulated one (the incoming gradient and the sum, twice the shard, next to
+it); a cross-entropy loss's backward materialises the gradient of its
+log-probabilities next to the logits' gradient (both the size of the logits); the optimizer
+step of Adam needs scratch tensors: one per parameter shard at once for torch's ``foreach``
+implementation (CUDA's default, so the size of all weights), two of the largest shard for the
+single-tensor one (CPU); a gradient all-reduce holds an operator's fused gradients three times over (flattened,
+reduced, and copied back into place).
+
+What is exact, what is a bound
+------------------------------
+For a given strategy the peak is exact for the model above (checked against
+``torch.distributed._tools.mem_tracker.MemTracker`` on CPU for 1-device plans of small zoo
+models, and against ``torch.cuda.max_memory_allocated`` in ``shared/ground-truth/h100``):
+it depends on the operators' ``saved`` lists of the IR, which decide what autograd keeps.
+The engine adds costs, so the frontier is tracked on the additive memory of Eq. 3 and each
+frontier point's memory is then replaced by its peak (:func:`peak_frontier`): every point is
+achievable and its memory is its peak, but a strategy that is Pareto-optimal for the peak and
+dominated for the sum is not found.
+
+Examples
+--------
+>>> from tensoropt_py.graph.builder import GraphBuilder
+>>> from tensoropt_py.cluster import Cluster
+>>> from tensoropt_py.cost.builder import build_cost_graph
+>>> gb = GraphBuilder("mlp")
+>>> x, y = gb.input([("x", (32, 64), "float32"), ("y", (32,), "int64")])
+>>> loss = gb.loss(gb.linear(gb.relu(gb.linear(x, 128)), 10), y)
+>>> mcg = build_cost_graph(gb.build(), Cluster.preset("v100-2x8"), 1)
+>>> prof = MemoryModel(mcg).profile([0] * len(mcg.op_names))
+>>> prof.phase in ("forward", "backward", "optimizer"), prof.peak >= prof.persistent
+(True, True)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import InvalidInputError
+from ..graph.ir import DTYPE_BYTES, OpKind, TensorRole
+from .optimizer import check_optimizer, state_bytes_per_param
+
+__all__ = ["MemoryProfile", "MemoryModel", "peak_frontier", "models_peak", "PHASES"]
+
+#: Phase names of :attr:`MemoryProfile.phase`.
+PHASES = ("forward", "backward", "optimizer")
+
+_FLOAT = ("float32", "float16", "bfloat16", "float64")
+
+#: Operators whose output is a view of their input (no new storage, forward or backward).
+_VIEWS = frozenset({OpKind.RESHAPE, OpKind.TRANSPOSE})
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryProfile:
+    """The peak live memory of one strategy on its busiest device, and where it happens.
+
+    Attributes
+    ----------
+    peak : float
+        Bytes live at the peak.
+    operator : str
+        The operator running at the peak (``""`` in the optimizer step).
+    phase : {"forward", "backward", "optimizer"}
+    persistent : float
+        Weights + optimizer state + constants (live all the time).
+    gradients : float
+        Parameter gradients live at the peak.
+    saved : float
+        Tensors kept for backward (node and edge memory of Eq. 1 and the reuse options) live at
+        the peak.
+    transient : float
+        The rest: forward activations not yet freed, activation gradients, the event's scratch.
+    additive : float
+        The CostGraph's additive memory of the same strategy (Eq. 3).
+    """
+
+    peak: float
+    operator: str
+    phase: str
+    persistent: float
+    gradients: float
+    saved: float
+    transient: float
+    additive: float
+
+
+class MemoryModel:
+    """Peak-memory timeline of the strategies of a :class:`~tensoropt_py.cost.builder.ModelCostGraph`.
+
+    Parameters
+    ----------
+    mcg : ModelCostGraph
+    optimizer : {"sgd", "momentum", "adam"}, optional
+        Default: the optimizer the cost graph was built for.
+    mixed_precision : bool, optional
+        Default: as the cost graph was built.
+    foreach : bool, optional
+        Whether the optimizer runs torch's multi-tensor (``foreach``) kernels: torch's default
+        on GPUs. Default: True unless the cluster's device is a CPU (its name starts with
+        ``"cpu"``).
+    """
+
+    def __init__(self, mcg, *, optimizer=None, mixed_precision=None, foreach=None, dropout=False):
+        self.mcg = mcg
+        self.optimizer = check_optimizer(optimizer if optimizer is not None else getattr(mcg, "optimizer", "adam"))
+        self.mixed_precision = bool(getattr(mcg, "mixed_precision", False) if mixed_precision is None
+                                    else mixed_precision)
+        if foreach is None:
+            cl = getattr(mcg, "cluster", None)
+            foreach = not (cl is not None and str(cl.device.name).lower().startswith("cpu"))
+        self.foreach = bool(foreach)
+        self.dropout = bool(dropout)
+        g = mcg.graph
+        self.ops = g.operators
+        self.n = len(self.ops)
+        self.index = {op.name: i for i, op in enumerate(self.ops)}
+        self.readers = {p: len(u) for p, u in g.parameter_users().items()}
+        # structure: last reader / first keeper of every output, per producer
+        saved_by = {}
+        for op in self.ops:
+            for t in op.saved:
+                saved_by.setdefault(t, set()).add(op.name)
+        self._saved_by = saved_by
+        # per op: (output position, tensor, last forward slot it is live in or None, grad start op)
+        self._outputs = []
+        for i, op in enumerate(self.ops):
+            outs = []
+            for o, use in enumerate(op.outputs):
+                t = use.tensor
+                cons = [self.index[c] for c in g.consumers(t) if c in self.index]
+                keepers = saved_by.get(t, set())
+                if op.name in keepers:
+                    end = None  # the producer's saved memory (node or edge) covers it
+                elif keepers:  # until the first keeper's copy takes over (its rescheduling slot)
+                    end = 2 * min(self.index[c] for c in keepers)
+                else:  # until its last reader has run
+                    end = 2 * (max(cons) if cons else i) + 1
+                spec = g.tensors[t]
+                grad = (max(cons) if cons and op.kind is not OpKind.INPUT and spec.dtype in _FLOAT else None)
+                outs.append((o, t, end, grad))
+            self._outputs.append(outs)
+        self._aliases = self._find_aliases(saved_by)
+        # operators reading a shared parameter, other than the first to run backward: their
+        # gradient is added to the one accumulated so far (parameter names per operator)
+        self._tied_readers: dict = {}
+        self._first_reader = {pname: min(self.index[u] for u in users if u in self.index)
+                              for pname, users in g.parameter_users().items() if len(users) > 1}
+        self._tied_copies: list = []  # (parameter, first reader, other reader)
+        for pname, users in g.parameter_users().items():
+            if len(users) > 1:
+                idx = sorted(self.index[u] for u in users if u in self.index)
+                for i in idx[:-1]:
+                    self._tied_readers.setdefault(i, []).append(pname)
+                for r in idx[1:]:  # the executor keeps the parameter in its first reader's layout
+                    self._tied_copies.append((pname, idx[0], r))
+        self._cache: dict = {}
+        self._copies: dict = {}
+        self._paths: dict = {}
+
+    def _find_aliases(self, saved_by):
+        """Saved inputs that share the storage of an attention output its operator keeps.
+
+        ``scaled_dot_product_attention`` returns its output as a transposed view of a
+        ``[batch, seq, heads, dim]`` buffer, so the transpose + reshape that merges the heads
+        back is a view, and the projection that keeps the merged tensor keeps the attention's
+        storage: ``(consumer index, input position, [edge indices of the chain])``, charged
+        once when no edge of the chain reschedules.
+        """
+        g = self.mcg.graph
+        edge_at = {(e.consumer, e.use_index): j for j, e in enumerate(self.mcg.edges)}
+        out = []
+        for c, op in enumerate(self.ops):
+            for ui, use in enumerate(op.inputs):
+                t = use.tensor
+                if t not in op.saved or saved_by.get(t) != {op.name}:
+                    continue
+                chain, cur, cons, pos, ok = [], t, op.name, ui, False
+                while True:
+                    j = edge_at.get((cons, pos))
+                    if j is None or self.mcg.edges[j].reuse != "none":
+                        break
+                    chain.append(j)
+                    p = g.operator(g.producer(cur))
+                    if p.kind is OpKind.ATTENTION:
+                        ok = p.outputs[0].tensor == cur and cur in p.saved
+                        break
+                    if p.kind not in _VIEWS or len(p.inputs) != 1:
+                        break
+                    cons, pos, cur = p.name, 0, p.inputs[0].tensor
+                if ok and len(chain) > 1:
+                    out.append((c, ui, tuple(chain)))
+        return out
+
+    # --- per (node, config) quantities --------------------------------------------------------
+    def _node(self, i: int, k: int):
+        """``(persistent, grads, saved, out bytes per output, loss transient, largest shard)``."""
+        key = (i, k)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        mcg, op = self.mcg, self.ops[i]
+        cfg = mcg.configs[i][k]
+        tensors = mcg.graph.tensors
+        nin, npar = len(op.inputs), len(op.params)
+        persistent = grads = largest = 0.0
+        seen = set()
+        for pi, use in enumerate(op.params):
+            if use.tensor in seen:
+                continue
+            seen.add(use.tensor)
+            spec = tensors[use.tensor]
+            loc = cfg.layout(op, nin + pi).local_numel(spec.shape)
+            if spec.role is TensorRole.PARAMETER:
+                # a shared parameter lives (with its gradient and state) in its first reader's layout
+                share = 1.0 if self._first_reader.get(use.tensor, i) == i else 0.0
+                per = state_bytes_per_param(self.optimizer, spec.dtype, mixed_precision=self.mixed_precision)
+                gb = 2 if self.mixed_precision else DTYPE_BYTES[spec.dtype]
+                persistent += loc * (per - gb) * share
+                grads += loc * gb * share
+                largest = max(largest, loc * (4 if self.mixed_precision else DTYPE_BYTES[spec.dtype]))
+            else:
+                persistent += loc * DTYPE_BYTES[spec.dtype]
+        node_mem = float(mcg.node_costs[i][k][0])
+        saved = max(node_mem - self._param_memory(i, k), 0.0)
+        outs = []
+        for o, use in enumerate(op.outputs):
+            spec = tensors[use.tensor]
+            if op.kind in _VIEWS or (o == 0 and self._identity_dropout(op)):
+                outs.append(0.0)  # a view of its input's storage (and its gradient a view of the output's)
+            else:
+                outs.append(float(cfg.layout(op, nin + npar + o).local_numel(spec.shape) * DTYPE_BYTES[spec.dtype]))
+        if self._identity_dropout(op):  # the executor's dropout keeps no mask
+            for o, use in enumerate(op.outputs):
+                if o > 0 and use.tensor in op.saved:
+                    spec = tensors[use.tensor]
+                    saved -= cfg.layout(op, nin + npar + o).local_numel(spec.shape) * DTYPE_BYTES[spec.dtype]
+            saved = max(saved, 0.0)
+        ins = [float(cfg.layout(op, u).local_numel(tensors[use.tensor].shape) * DTYPE_BYTES[tensors[use.tensor].dtype])
+               for u, use in enumerate(op.inputs)]
+        loss_grad = 0.0
+        if op.kind is OpKind.LOSS and dict(op.attrs).get("fn") == "cross_entropy" and len(outs) > 1:
+            loss_grad = outs[1]  # the gradient of the log-probabilities, next to the logits' gradient
+        hit = self._cache[key] = (persistent, grads, saved, outs, loss_grad, largest, ins)
+        return hit
+
+    def _tied_copy_bytes(self, pname: str, m: int, km: int, r: int, kr: int) -> float:
+        """Bytes of reader ``r``'s copy of shared parameter ``pname`` (0 in the first reader's layout)."""
+        key = ("tied", pname, m, km, r, kr)
+        hit = self._cache.get(key)
+        if hit is None:
+            def layout(i, k):
+                op = self.ops[i]
+                u = [pi for pi, use in enumerate(op.params) if use.tensor == pname][0]
+                return self.mcg.configs[i][k].layout(op, len(op.inputs) + u)
+
+            lr = layout(r, kr)
+            hit = 0.0 if layout(m, km) == lr else self._param_bytes(r, kr, {pname})
+            self._cache[key] = hit
+        return hit
+
+    def _param_bytes(self, i: int, k: int, names) -> float:
+        """Local bytes of the parameters ``names`` of operator ``i`` under config ``k``."""
+        op, cfg = self.ops[i], self.mcg.configs[i][k]
+        tensors = self.mcg.graph.tensors
+        total, seen = 0.0, set()
+        for pi, use in enumerate(op.params):
+            if use.tensor in names and use.tensor not in seen:
+                seen.add(use.tensor)
+                spec = tensors[use.tensor]
+                item = 2 if self.mixed_precision else DTYPE_BYTES[spec.dtype]
+                total += cfg.layout(op, len(op.inputs) + pi).local_numel(spec.shape) * item
+        return total
+
+    def _param_memory(self, i: int, k: int) -> float:
+        """The parameter part of node ``i``'s memory under config ``k`` as the cost graph charges it
+        (Eq. 1: a shared parameter's readers each pay ``1/readers`` of it in their own layout)."""
+        op, cfg = self.ops[i], self.mcg.configs[i][k]
+        tensors = self.mcg.graph.tensors
+        total, seen = 0.0, set()
+        for pi, use in enumerate(op.params):
+            if use.tensor in seen:
+                continue
+            seen.add(use.tensor)
+            spec = tensors[use.tensor]
+            loc = cfg.layout(op, len(op.inputs) + pi).local_numel(spec.shape)
+            if spec.role is TensorRole.PARAMETER:
+                share = 1.0 / max(int(self.readers.get(use.tensor, 1)), 1)
+                total += loc * state_bytes_per_param(self.optimizer, spec.dtype,
+                                                     mixed_precision=self.mixed_precision) * share
+            else:
+                total += loc * DTYPE_BYTES[spec.dtype]
+        return total
+
+    def _identity_dropout(self, op) -> bool:
+        return (not self.dropout and op.kind is OpKind.UNARY and dict(op.attrs).get("fn") == "dropout")
+
+    # --- the timeline -------------------------------------------------------------------------
+    def _timeline(self, choices: np.ndarray, edge_choices: np.ndarray):
+        """Live bytes ``(P, 2n + 1)`` by category: persistent (P,), grads, saved, transient."""
+        P, n = choices.shape[0], self.n
+        E = 3 * n + 1
+        fwd = 2 * np.arange(n) + 1  # running an operator forward
+        pre = 2 * np.arange(n)  # rescheduling an operator's inputs
+        bwd = 3 * n - 1 - np.arange(n)
+        opt = 3 * n
+        d_grad = np.zeros((P, E + 1))
+        d_saved = np.zeros((P, E + 1))
+        d_trans = np.zeros((P, E + 1))
+        point_trans = np.zeros((P, E))
+        persistent = np.zeros(P)
+        largest = np.zeros(P)
+        sync = np.zeros(P)
+
+        def add(d, b, s, e):
+            d[:, s] += b
+            d[:, e + 1] -= b
+
+        for i in range(n):
+            ks = choices[:, i]
+            uniq, inv = np.unique(ks, return_inverse=True)
+            vals = [self._node(i, int(k)) for k in uniq]
+            per = np.array([v[0] for v in vals])[inv]
+            gr = np.array([v[1] for v in vals])[inv]
+            sv = np.array([v[2] for v in vals])[inv]
+            persistent += per
+            largest = np.maximum(largest, np.array([v[5] for v in vals])[inv])
+            add(d_grad, gr, bwd[i], opt)
+            add(d_saved, sv, fwd[i], bwd[i])
+            comm = np.array([float(self.mcg.node_costs[i][int(k)][3]) for k in uniq])[inv]
+            sync = np.maximum(sync, np.where(comm > 0, 3.0 * gr, 0.0))
+            for o, t, end, grad in self._outputs[i]:
+                b = np.array([v[3][o] for v in vals])[inv]
+                if end is not None and end >= fwd[i]:
+                    add(d_trans, b, fwd[i], end)
+                if grad is not None:
+                    add(d_trans, b, bwd[grad], bwd[i])
+            lg = np.array([v[4] for v in vals])[inv]
+            point_trans[:, bwd[i]] += lg
+            tied = self._tied_readers.get(i)
+            if tied:  # the gradient arriving from another reader and the sum, next to the held one
+                point_trans[:, bwd[i]] += 2.0 * np.array([self._param_bytes(i, int(k), tied) for k in uniq])[inv]
+        for j, (info, (sc, dc, table)) in enumerate(zip(self.mcg.edges, self.mcg.edge_tables)):
+            u, v = self.mcg.edge_index[j]
+            a, b, r = sc[choices[:, u]], dc[choices[:, v]], edge_choices[:, j]
+            mem = table[a, b, r, 0]
+            add(d_saved, np.where(np.isfinite(mem), mem, 0.0), fwd[u], bwd[u])
+            # the rescheduling's buffers (the consumer's copy included), live during its forward,
+            # and the gradient's in the consumer's backward
+            fw, bw = self._path_bytes(j, a, b)
+            point_trans[:, pre[v]] += fw
+            if info.consumer not in self._saved_by.get(info.tensor, ()):
+                point_trans[:, fwd[v]] += self._copy_bytes(j, a, b)  # the consumer reads its copy
+            point_trans[:, bwd[u]] += bw
+            if table.shape[2] > 1:  # a copy dropped after forward is re-derived in backward
+                at_v, at_u = self._rederive_bytes(j, a, b, r)
+                point_trans[:, bwd[v]] += at_v
+                point_trans[:, bwd[u]] += at_u
+        for pname, m, r in self._tied_copies:
+            # a reader whose layout of a shared parameter is not the first reader's works on a
+            # rescheduled copy (kept for its backward) and sends its gradient back
+            b = np.array([self._tied_copy_bytes(pname, m, int(km), r, int(kr))
+                          for km, kr in zip(choices[:, m], choices[:, r])])
+            add(d_saved, b, fwd[r], bwd[r])
+            point_trans[:, bwd[r]] += 2.0 * b
+        for c, ui, chain in self._aliases:
+            same = np.ones(P, dtype=bool)
+            for j in chain:
+                u, v = self.mcg.edge_index[j]
+                sc, dc, _ = self.mcg.edge_tables[j]
+                same &= self._copy_bytes(j, sc[choices[:, u]], dc[choices[:, v]]) == 0
+            ks = choices[:, c]
+            b = np.array([self._node(c, int(k))[6][ui] for k in ks])
+            add(d_saved, -np.where(same, b, 0.0), fwd[c], bwd[c])
+        if self.optimizer == "adam":
+            scratch = persistent * 0.0 + (self._weight_bytes(choices) if self.foreach else 2.0 * largest)
+        else:
+            scratch = np.zeros(P)
+        point_trans[:, opt] += np.maximum(scratch, sync)
+        grads = np.cumsum(d_grad, axis=1)[:, :E]
+        saved = np.cumsum(d_saved, axis=1)[:, :E]
+        trans = np.cumsum(d_trans, axis=1)[:, :E] + point_trans
+        return persistent, grads, saved, trans
+
+    def _pair_copy(self, j: int, a: int, b: int) -> float:
+        """Bytes of the consumer's rescheduled copy on edge ``j`` for layout classes ``(a, b)``
+        (0 where the consumer reads the producer's layout)."""
+        info = self.mcg.edges[j]
+        spec = self.mcg.graph.tensors[info.tensor]
+        A, B = info.src_layouts[a], info.dst_layouts[b]
+        key = (A, B, spec.shape, spec.dtype)
+        hit = self._copies.get(key)
+        if hit is None:
+            hit = self._copies[key] = (0.0 if A.without_partial() == B
+                                       else float(B.local_numel(spec.shape) * DTYPE_BYTES[spec.dtype]))
+        return hit
+
+    def _copy_bytes(self, j: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """:meth:`_pair_copy` per point (layout classes ``a``, ``b`` of the points)."""
+        uniq, inv = np.unique(np.stack([a, b], axis=1), axis=0, return_inverse=True)
+        vals = np.array([self._pair_copy(j, int(x), int(y)) for x, y in uniq])
+        return vals[np.asarray(inv).ravel()]
+
+    def _path_bytes(self, j: int, a: np.ndarray, b: np.ndarray):
+        """Transient bytes of edge ``j``'s forward and backward reschedulings per point.
+
+        A collective step holds its input, its result and the result rearranged into the
+        target layout (the executor's backends gather into a new buffer, then copy into place):
+        ``in + 2 out`` for every step after the first (the first reads the producer's tensor,
+        counted already), ``2 out`` for the first.
+        """
+        pairs = np.stack([a, b], axis=1)
+        uniq, inv = np.unique(pairs, axis=0, return_inverse=True)
+        fw = np.zeros(len(uniq))
+        bw = np.zeros(len(uniq))
+        for q, (ai, bi) in enumerate(uniq):
+            info = self.mcg.edges[j]
+            key = (info.src_layouts[ai], info.dst_layouts[bi], info.dst_grad_layouts[bi], info.tensor, info.backward)
+            hit = self._paths.get(key)
+            if hit is None:
+                hit = self._paths[key] = self._edge_path_bytes(j, int(ai), int(bi))
+            fw[q], bw[q] = hit
+        inv = np.asarray(inv).ravel()
+        return fw[inv], bw[inv]
+
+    def _rederive_bytes(self, j: int, a: np.ndarray, b: np.ndarray, r: np.ndarray):
+        """Bytes of re-deriving the copy a single-copy reuse option dropped, per point:
+        ``(at the consumer's backward, at the producer's backward)``."""
+        from .builder import REUSE_OPTIONS
+
+        _, _, table = self.mcg.edge_tables[j]
+        names = REUSE_OPTIONS[table.shape[2]]
+        info = self.mcg.edges[j]
+        spec = self.mcg.graph.tensors[info.tensor]
+        rs = self.mcg.rescheduler
+        uniq, inv = np.unique(np.stack([a, b, r], axis=1), axis=0, return_inverse=True)
+        inv = np.asarray(inv).ravel()
+        u_v, u_u = np.zeros(len(uniq)), np.zeros(len(uniq))
+        for q, (ai, bi, ri) in enumerate(uniq):
+            name = names[int(ri)]
+            if name not in ("producer_copy", "consumer_copy"):
+                continue
+            key = ("rederive", info.src_layouts[ai], info.dst_layouts[bi], info.tensor, name)
+            hit = self._paths.get(key)
+            if hit is None:
+                src, dst = info.src_layouts[int(ai)], info.dst_layouts[int(bi)]
+                path = (rs.path(spec.shape, spec.dtype, src, dst) if name == "producer_copy"
+                        else rs.path(spec.shape, spec.dtype, dst, src.without_partial()))
+                hit = self._paths[key] = _path_peak(path, spec.shape, DTYPE_BYTES[spec.dtype], True)
+            if name == "producer_copy":
+                u_v[q] = hit
+            else:
+                u_u[q] = hit
+        return u_v[inv], u_u[inv]
+
+    def _edge_path_bytes(self, j: int, a: int, b: int):
+        info = self.mcg.edges[j]
+        if self._pair_copy(j, a, b) == 0 and not info.src_layouts[a].is_partial:
+            return 0.0, 0.0
+        spec = self.mcg.graph.tensors[info.tensor]
+        item = DTYPE_BYTES[spec.dtype]
+        rs = self.mcg.rescheduler
+
+        def peak(path, keep_last):
+            return _path_peak(path, spec.shape, item, keep_last)
+
+        fwd = peak(rs.path(spec.shape, spec.dtype, info.src_layouts[a], info.dst_layouts[b]), True)
+        bwd = 0.0
+        if info.backward:  # its result is the producer's output gradient, counted already
+            bwd = peak(rs.backward(spec.shape, spec.dtype, info.src_layouts[a], info.dst_layouts[b],
+                                   info.dst_grad_layouts[b]), False)
+        return fwd, bwd
+
+    def _weight_bytes(self, choices):
+        """Bytes of the weights (one scratch tensor each for foreach Adam) per point."""
+        out = np.zeros(choices.shape[0])
+        for i in range(self.n):
+            ks = choices[:, i]
+            uniq, inv = np.unique(ks, return_inverse=True)
+            w = []
+            for k in uniq:
+                op, cfg = self.ops[i], self.mcg.configs[i][int(k)]
+                tensors = self.mcg.graph.tensors
+                tot, seen = 0.0, set()
+                for pi, use in enumerate(op.params):
+                    spec = tensors[use.tensor]
+                    if use.tensor in seen or spec.role is not TensorRole.PARAMETER:
+                        continue
+                    seen.add(use.tensor)
+                    share = 1.0 / max(int(self.readers.get(use.tensor, 1)), 1)
+                    item = 4 if self.mixed_precision else DTYPE_BYTES[spec.dtype]
+                    tot += cfg.layout(op, len(op.inputs) + pi).local_numel(spec.shape) * item * share
+                w.append(tot)
+            out += np.asarray(w)[inv]
+        return out
+
+    def _check(self, choices, edge_choices):
+        choices = np.atleast_2d(np.asarray(choices, dtype=np.int64))
+        if choices.shape[1] != self.n:
+            raise InvalidInputError(f"choices have {choices.shape[1]} entries per strategy, the graph has {self.n} nodes")
+        for i in range(self.n):
+            K = len(self.mcg.configs[i])
+            bad = (choices[:, i] < 0) | (choices[:, i] >= K)
+            if bad.any():
+                raise InvalidInputError(f"config {int(choices[bad, i][0])} of node {i} ({self.ops[i].name}) "
+                                        f"out of range 0..{K - 1}")
+        ne = len(self.mcg.edges)
+        if edge_choices is None:
+            edge_choices = np.zeros((choices.shape[0], ne), dtype=np.int64)
+        edge_choices = np.atleast_2d(np.asarray(edge_choices, dtype=np.int64))
+        if ne == 0:
+            edge_choices = np.zeros((choices.shape[0], 0), dtype=np.int64)
+        if edge_choices.shape != (choices.shape[0], ne):
+            raise InvalidInputError(f"edge_choices has shape {edge_choices.shape}, expected {(choices.shape[0], ne)}")
+        return choices, edge_choices
+
+    def peaks(self, choices, edge_choices=None) -> np.ndarray:
+        """Peak bytes of every strategy: ``choices (P, n)``, ``edge_choices (P, edges)`` -> ``(P,)``."""
+        choices, edge_choices = self._check(choices, edge_choices)
+        persistent, grads, saved, trans = self._timeline(choices, edge_choices)
+        return persistent + np.max(grads + saved + trans, axis=1)
+
+    def profile(self, choices, edge_choices=None) -> MemoryProfile:
+        """The :class:`MemoryProfile` of one strategy."""
+        choices, edge_choices = self._check(choices, edge_choices)
+        if choices.shape[0] != 1:
+            raise InvalidInputError(f"profile() takes one strategy, got {choices.shape[0]}")
+        persistent, grads, saved, trans = self._timeline(choices, edge_choices)
+        live = grads + saved + trans
+        e = int(np.argmax(live[0]))
+        n = self.n
+        if e < 2 * n:
+            phase, op = "forward", self.ops[e // 2].name
+        elif e < 3 * n:
+            phase, op = "backward", self.ops[3 * n - 1 - e].name
+        else:
+            phase, op = "optimizer", ""
+        additive = self._additive(choices[0], edge_choices[0])
+        return MemoryProfile(peak=float(persistent[0] + live[0, e]), operator=op, phase=phase,
+                             persistent=float(persistent[0]), gradients=float(grads[0, e]), saved=float(saved[0, e]),
+                             transient=float(trans[0, e]), additive=additive)
+
+    def _additive(self, choices, edge_choices) -> float:
+        total = sum(float(self.mcg.node_costs[i][int(k)][0]) for i, k in enumerate(choices))
+        for j, (sc, dc, table) in enumerate(self.mcg.edge_tables):
+            u, v = self.mcg.edge_index[j]
+            total += float(table[sc[choices[u]], dc[choices[v]], int(edge_choices[j]), 0])
+        return total
+
+
+def _path_peak(path, shape, item, keep_last) -> float:
+    """Most bytes a rescheduling path holds at once beyond its source (see ``_path_bytes``)."""
+    best = 0.0
+    for k, st in enumerate(path.steps):
+        out = st.after.local_numel(shape) * item
+        inp = st.before.local_numel(shape) * item if k else 0.0
+        best = max(best, inp + (2 * out if st.kind != "slice" else out))
+    if path.steps and not keep_last:
+        best -= path.steps[-1].after.local_numel(shape) * item
+    return float(max(best, 0.0))
+
+
+def models_peak(mcg) -> bool:
+    """Whether the timeline covers ``mcg``'s space.
+
+    Recomputed and sharded-state configurations (:mod:`tensoropt_py.cost.training`) change what
+    is live when; the timeline does not follow them yet, so such spaces keep Eq. 3's additive
+    memory (measured by the executor within 5% on CPU).
+
+    Parameters
+    ----------
+    mcg : ModelCostGraph
+    """
+    return not any(getattr(c, "recompute", False) or getattr(c, "shard_state", False)
+                   for cfgs in mcg.configs for c in cfgs)
+
+
+def peak_frontier(mcg, memory, time, choices, edge_choices, *, model: MemoryModel | None = None):
+    """Replace a tracked frontier's additive memory by each point's peak; keep the Pareto points.
+
+    Parameters
+    ----------
+    mcg : ModelCostGraph
+    memory, time : array (P,)
+        The tracked frontier (additive memory).
+    choices, edge_choices : array (P, n), (P, edges)
+    model : MemoryModel, optional
+
+    Returns
+    -------
+    keep : ndarray of int
+        Indices of the points kept, ordered by peak memory ascending (time strictly descending).
+    peaks : ndarray
+        Their peak memory.
+    """
+    time = np.asarray(time, dtype=float)
+    if len(time) == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0)
+    if model is None and not models_peak(mcg):  # additive memory: the tracked frontier as it is
+        return np.arange(len(time), dtype=np.int64), np.asarray(memory, dtype=float)
+    mm = model if model is not None else MemoryModel(mcg)
+    peaks = mm.peaks(choices, edge_choices)
+    order = np.lexsort((time, peaks))
+    keep, best = [], np.inf
+    for p in order:
+        if time[p] < best:
+            keep.append(int(p))
+            best = time[p]
+    keep = np.asarray(keep, dtype=np.int64)
+    return keep, peaks[keep]
+
