@@ -603,14 +603,17 @@ def _path_peak(path, shape, item, keep_last) -> float:
 def models_peak(mcg) -> bool:
     """Whether the timeline covers ``mcg``'s space.
 
-    Recomputed and sharded-state configurations (:mod:`tensoropt_py.cost.training`) change what
-    is live when; the timeline does not follow them yet, so such spaces keep Eq. 3's additive
-    memory (measured by the executor within 5% on CPU).
+    Recomputed and sharded-state configurations and bf16-mixed precision
+    (:mod:`tensoropt_py.cost.training`) change what is live when; the timeline does not follow
+    them yet, so such spaces keep Eq. 3's additive memory (measured by the executor within 5%
+    on CPU).
 
     Parameters
     ----------
     mcg : ModelCostGraph
     """
+    if getattr(mcg, "mixed_precision", False):
+        return False
     return not any(getattr(c, "recompute", False) or getattr(c, "shard_state", False)
                    for cfgs in mcg.configs for c in cfgs)
 

@@ -55,7 +55,10 @@ def check(arch):
     fr = to.frontier(graph, "cpu-1x4", devices=n, max_configs=8)
     plans = [("min_memory", fr.plan(0)), ("min_time", fr.plan(len(fr) - 1))]
     if hf_models.KINDS[arch] == "moe" and n > 1:
-        ep = next((i for i in range(len(fr)) if expert_split(graph, fr.plan(i))), None)
+        split = [i for i in range(len(fr)) if expert_split(graph, fr.plan(i))]
+        # prefer a plan whose dispatch or combine is an all-to-all over the experts' devices
+        ep = next((i for i in split if any(c.kind == "all_to_all" for e in fr.plan(i).edges for c in e.forward)),
+                  split[0] if split else None)
         if ep is None:
             raise AssertionError(f"{arch} on {n}: no frontier plan splits the experts")
         plans.append((f"expert_parallel[{ep}]", fr.plan(ep)))
