@@ -12,11 +12,14 @@ least-memory ratio extended / plain.
 """
 
 import argparse
+import os
+import sys
 import time
 
 import numpy as np
 
-import tensoropt_py as to
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import tensoropt_py as to  # noqa: E402
 
 
 def dominated(a, b, rtol=1e-9):

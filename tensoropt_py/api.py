@@ -152,7 +152,7 @@ def frontier(
     >>> to.frontier("mlp", "cpu-1x4", devices=4) is fr   # cached
     True
     >>> ext = to.frontier("mlp", "cpu-1x4", devices=4, recompute=True, shard_optimizer=True)
-    >>> ext.recompute, bool(ext.time.min() <= fr.time.min())
+    >>> ext.recompute, bool(ext.time.min() <= fr.time.min() * (1 + 1e-12))  # a larger space: never slower
     (True, True)
     """
     from .progress import Progress
