@@ -26,7 +26,7 @@ transformers = pytest.importorskip("transformers")
 
 import tensoropt_py as to  # noqa: E402
 from tensoropt_py.errors import InvalidInputError, UnsupportedOperatorError  # noqa: E402
-from tensoropt_py.graph.ir import OpKind, TensorRole  # noqa: E402
+from tensoropt_py.graph.ir import OpKind  # noqa: E402
 from tensoropt_py.graph.torch_import import from_torch, from_torch_with_state  # noqa: E402
 from tensoropt_py.graph.torch_ops import run_graph  # noqa: E402
 
@@ -284,27 +284,13 @@ def test_moe_expert_parallel_plans_are_on_the_frontier(imported):
     assert "all_to_all" in kinds, kinds
 
 
-def _assemble(blocks, layout, shape):
-    """The full tensor from every virtual rank's block (partial pieces summed, replicas once)."""
-    from tensoropt_py.exec.shard import place_coordinate, region
-    from tensoropt_py.space.layout import REPLICATE
-
-    out = torch.zeros(shape, dtype=next(iter(blocks.values())).dtype)
-    for r, b in blocks.items():
-        if place_coordinate(layout, r, REPLICATE)[0] == 0:
-            out[tuple(slice(a, z) for a, z in region(layout, shape, r))] += b
-    return out
-
-
 @pytest.mark.parametrize("n", [2, 4])
 def test_every_moe_config_is_exact_on_local_shards(imported, n):
     # every configuration of the routing and MoE operators on n virtual ranks: local outputs and
     # gradients assemble to the full operator's
-    from tensoropt_py.exec.local_ops import prepare
     from tensoropt_py.exec.runner import synthetic_batch
-    from tensoropt_py.exec.shard import shard
-    from tensoropt_py.graph.torch_ops import init_params, run_operator
-    from tensoropt_py.space.configs import enumerate_configs
+    from tensoropt_py.exec.testing import check_local_shards
+    from tensoropt_py.graph.torch_ops import init_params
 
     graph = imported("mixtral")[2]
     params = init_params(graph, seed=1)
@@ -313,43 +299,7 @@ def test_every_moe_config_is_exact_on_local_shards(imported, n):
     kinds = (OpKind.MOE_DISPATCH, OpKind.MOE_EXPERTS, OpKind.MOE_COMBINE, OpKind.TOPK, OpKind.PAD)
     checked = set()
     for op in [o for o in graph.operators if o.kind in kinds][:5]:
-        uses = list(op.inputs) + list(op.params)
-        base = len(uses)
-        floats = [u.tensor for u in uses if env[u.tensor].dtype.is_floating_point]
-        leaves = {t: env[t].clone().requires_grad_(True) for t in floats}
-        full = run_operator(op, {u.tensor: leaves.get(u.tensor, env[u.tensor]) for u in op.inputs},
-                            {u.tensor: leaves.get(u.tensor, env[u.tensor]) for u in op.params})
-        seeds = {u.tensor: torch.randn(env[u.tensor].shape, generator=gen) for u in op.outputs
-                 if full[u.tensor].requires_grad}
-        want = {}
-        if seeds:
-            total = sum((full[t] * s).sum() for t, s in seeds.items())
-            want = dict(zip(floats, torch.autograd.grad(total, [leaves[t] for t in floats], allow_unused=True)))
-        for cfg in enumerate_configs(op, n):
-            outs, grads = {}, {t: {} for t in want}
-            for r in range(n):
-                loc = {u.tensor: shard(env[u.tensor], cfg.layout(op, i), r) for i, u in enumerate(uses)}
-                for t in want:
-                    loc[t].requires_grad_(True)
-                outs[r] = prepare(op, cfg, graph, r).run({u.tensor: loc[u.tensor] for u in op.inputs},
-                                                         {u.tensor: loc[u.tensor] for u in op.params})
-                if want:
-                    total = sum((outs[r][u.tensor] * shard(seeds[u.tensor], cfg.layout(op, base + k).without_partial(),
-                                                           r)).sum()
-                                for k, u in enumerate(op.outputs) if u.tensor in seeds)
-                    for t, gr in zip(want, torch.autograd.grad(total, [loc[t] for t in want], allow_unused=True)):
-                        grads[t][r] = torch.zeros_like(loc[t]) if gr is None else gr
-            for k, u in enumerate(op.outputs):
-                ref = full[u.tensor].detach()
-                got = _assemble({r: o[u.tensor].detach().to(torch.float64) for r, o in outs.items()},
-                                cfg.layout(op, base + k), ref.shape)
-                assert torch.allclose(got, ref.double(), rtol=1e-5, atol=1e-6), (op.name, str(cfg), u.tensor)
-            for i, u in enumerate(uses):
-                if u.tensor in want:
-                    ref = want[u.tensor] if want[u.tensor] is not None else torch.zeros_like(env[u.tensor])
-                    got = _assemble(grads[u.tensor], cfg.layout(op, i, gradient=True), ref.shape)
-                    assert torch.allclose(got, ref, rtol=1e-4, atol=1e-6), (op.name, str(cfg), "grad", u.tensor)
-            checked.add((op.kind, str(cfg)))
+        checked |= {(op.kind, cfg) for cfg in check_local_shards(graph, op, env, n, gen)}
     split_experts = {c for k, c in checked if k is OpKind.MOE_EXPERTS and c != f"mesh[{n}] map[-1,-1,-1,-1,-1,-1]"}
     assert {k for k, _ in checked} >= {OpKind.MOE_DISPATCH, OpKind.MOE_EXPERTS, OpKind.MOE_COMBINE, OpKind.TOPK}
     assert split_experts
