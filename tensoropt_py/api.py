@@ -15,7 +15,7 @@ import functools
 import hashlib
 import math
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal, Sequence
 
@@ -179,8 +179,7 @@ def frontier(
             loaded = Frontier.from_json(path)
             mcg = build_cost_graph(graph, cl, devices, optimizer=optimizer, mesh_tensorflow=mesh_tensorflow,
                                    max_configs=max_configs, training=training)
-            fr = Frontier(**{**{f: getattr(loaded, f) for f in Frontier.__dataclass_fields__},
-                             "model_cost_graph": mcg})
+            fr = replace(loaded, model_cost_graph=mcg)
         else:
             fr = compute_frontier(graph, cl, devices, threads=threads, progress=reporter, training=training, **options)
             if path is not None:

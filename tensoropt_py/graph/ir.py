@@ -337,11 +337,7 @@ class Graph:
             if op.name in self._index:
                 raise InvalidInputError(f"graph {name!r} has two operators named {op.name!r}")
             self._index[op.name] = len(self._index)
-            for use in op.uses():
-                spec = self.tensors.get(use.tensor)
-                if spec is None:
-                    raise InvalidInputError(f"operator {op.name!r} uses undefined tensor {use.tensor!r}")
-                self._check_extent(op, use, spec)
+            self.check_uses(op, self.tensors)
             for use in op.inputs:
                 if use.tensor not in self._producer:
                     raise InvalidInputError(
@@ -368,6 +364,15 @@ class Graph:
         for t in self.outputs:
             if t not in self._producer:
                 raise InvalidInputError(f"graph {name!r} declares output {t!r} that no operator produces")
+
+    @classmethod
+    def check_uses(cls, op: Operator, tensors) -> None:
+        """Every tensor ``op`` uses exists in ``tensors`` and its loop dims give the tensor's extents."""
+        for use in op.uses():
+            spec = tensors.get(use.tensor)
+            if spec is None:
+                raise InvalidInputError(f"operator {op.name!r} uses undefined tensor {use.tensor!r}")
+            cls._check_extent(op, use, spec)
 
     @staticmethod
     def _check_extent(op: Operator, use: TensorUse, spec: TensorSpec):

@@ -136,11 +136,7 @@ class GraphState:
         """Append ``op`` after checking names, extents and topological order."""
         if op.name in self._op_names:
             raise InvalidInputError(f"graph {self.name!r} already has an operator named {op.name!r}")
-        for use in op.uses():
-            spec = self.tensors.get(use.tensor)
-            if spec is None:
-                raise InvalidInputError(f"operator {op.name!r} uses undefined tensor {use.tensor!r}")
-            Graph._check_extent(op, use, spec)
+        Graph.check_uses(op, self.tensors)
         for use in op.inputs:
             if use.tensor not in self._produced:
                 raise InvalidInputError(f"operator {op.name!r} reads {use.tensor!r} before it is produced")
