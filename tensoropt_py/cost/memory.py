@@ -218,7 +218,8 @@ class MemoryModel:
                 chain, cur, cons, pos, ok = [], t, op.name, ui, False
                 while True:
                     j = edge_at.get((cons, pos))
-                    if j is None or self.mcg.edges[j].reuse != "none":
+                    # the keeper's own copy may sit on its edge (mode "keep", recomputation in the space)
+                    if j is None or self.mcg.edges[j].reuse not in (("none", "keep") if not chain else ("none",)):
                         break
                     chain.append(j)
                     p = g.operator(g.producer(cur))
@@ -384,7 +385,11 @@ class MemoryModel:
             u, v = self.mcg.edge_index[j]
             a, b, r = sc[choices[:, u]], dc[choices[:, v]], edge_choices[:, j]
             mem = table[a, b, r, 0]
-            add(d_saved, np.where(np.isfinite(mem), mem, 0.0), fwd[u], bwd[u])
+            a = a % len(info.src_layouts)  # classes split by the producer's recompute flag
+            if info.reuse == "keep":  # the consumer's own saved copy, charged on the edge
+                add(d_saved, np.where(np.isfinite(mem), mem, 0.0), fwd[v], bwd[v])
+            else:
+                add(d_saved, np.where(np.isfinite(mem), mem, 0.0), fwd[u], bwd[u])
             # the rescheduling's buffers (the consumer's copy included), live during its forward,
             # and the gradient's in the consumer's backward
             fw, bw = self._path_bytes(j, a, b)
@@ -408,7 +413,12 @@ class MemoryModel:
             for j in chain:
                 u, v = self.mcg.edge_index[j]
                 sc, dc, _ = self.mcg.edge_tables[j]
-                same &= self._copy_bytes(j, sc[choices[:, u]], dc[choices[:, v]]) == 0
+                a = sc[choices[:, u]] % len(self.mcg.edges[j].src_layouts)
+                same &= self._copy_bytes(j, a, dc[choices[:, v]]) == 0
+                if self.mcg.edges[j].reuse == "keep":  # a recomputed producer drops the copy
+                    same &= sc[choices[:, u]] < len(self.mcg.edges[j].src_layouts)
+            att = self.mcg.edge_index[chain[-1]][0]  # a recomputed attention keeps no output
+            same &= ~np.array([self.mcg.configs[att][int(k)].recompute for k in choices[:, att]], dtype=bool)
             ks = choices[:, c]
             b = np.array([self._node(c, int(k))[6][ui] for k in ks])
             add(d_saved, -np.where(same, b, 0.0), fwd[c], bwd[c])
