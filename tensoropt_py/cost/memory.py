@@ -80,7 +80,7 @@ from ..errors import InvalidInputError
 from ..graph.ir import DTYPE_BYTES, OpKind, TensorRole
 from .optimizer import check_optimizer, state_bytes_per_param
 
-__all__ = ["MemoryProfile", "MemoryModel", "peak_frontier", "models_peak", "PHASES"]
+__all__ = ["MemoryProfile", "MemoryModel", "peak_frontier", "PHASES"]
 
 #: Phase names of :attr:`MemoryProfile.phase`.
 PHASES = ("forward", "backward", "optimizer")
@@ -150,6 +150,8 @@ class MemoryModel:
             cl = getattr(mcg, "cluster", None)
             foreach = not (cl is not None and str(cl.device.name).lower().startswith("cpu"))
         self.foreach = bool(foreach)
+        cl = getattr(mcg, "cluster", None)
+        self.cpu = cl is not None and str(cl.device.name).lower().startswith("cpu")
         self.dropout = bool(dropout)
         g = mcg.graph
         self.ops = g.operators
@@ -178,7 +180,8 @@ class MemoryModel:
                     end = 2 * (max(cons) if cons else i) + 1
                 spec = g.tensors[t]
                 grad = (max(cons) if cons and op.kind is not OpKind.INPUT and spec.dtype in _FLOAT else None)
-                outs.append((o, t, end, grad))
+                last = 2 * (max(cons) if cons else i) + 1
+                outs.append((o, t, end, grad, last))
             self._outputs.append(outs)
         self._aliases = self._find_aliases(saved_by)
         # operators reading a shared parameter, other than the first to run backward: their
@@ -244,8 +247,10 @@ class MemoryModel:
         cfg = mcg.configs[i][k]
         tensors = mcg.graph.tensors
         nin, npar = len(op.inputs), len(op.params)
-        persistent = grads = largest = 0.0
+        persistent = grads = largest = stepped = 0.0
+        zero: dict = {}  # sharded state (ZeRO-1): replica axes -> [elements, replicas]
         seen = set()
+        mp = self.mixed_precision
         for pi, use in enumerate(op.params):
             if use.tensor in seen:
                 continue
@@ -255,13 +260,29 @@ class MemoryModel:
             if spec.role is TensorRole.PARAMETER:
                 # a shared parameter lives (with its gradient and state) in its first reader's layout
                 share = 1.0 if self._first_reader.get(use.tensor, i) == i else 0.0
-                per = state_bytes_per_param(self.optimizer, spec.dtype, mixed_precision=self.mixed_precision)
-                gb = 2 if self.mixed_precision else DTYPE_BYTES[spec.dtype]
-                persistent += loc * (per - gb) * share
+                per = state_bytes_per_param(self.optimizer, spec.dtype, mixed_precision=mp)
+                gb = 2 if mp else DTYPE_BYTES[spec.dtype]
+                item = 4 if mp else DTYPE_BYTES[spec.dtype]  # what the optimizer steps
+                axes, r = self._replicas(op, cfg, use) if cfg.shard_state and use.tensor not in self._first_reader \
+                    else ((), 1)
+                if r > 1:  # master weight and optimizer state of this rank's chunk only
+                    persistent += loc * gb + loc * (per - 2 * gb) / r
+                    entry = zero.setdefault(axes, [0.0, r])
+                    entry[0] += loc
+                else:
+                    persistent += loc * (per - gb) * share
                 grads += loc * gb * share
-                largest = max(largest, loc * (4 if self.mixed_precision else DTYPE_BYTES[spec.dtype]))
+                largest = max(largest, loc * item / r)
+                stepped += loc * item / r / max(int(self.readers.get(use.tensor, 1)), 1)
             else:
                 persistent += loc * DTYPE_BYTES[spec.dtype]
+        gb = 2 if mp else 4
+        # per sharded group: the reduce-scatter's flat gradient and its result (the MPI backend sums
+        # bf16 in fp32), the chunk's gradient (and its fp32 copy) kept to the step, the all-gather
+        zero_sync = max((m * gb + m / r * gb + (m * 4 + m / r * 4 if mp and self.cpu else 0.0)
+                         for m, r in zero.values()), default=0.0)
+        zero_kept = sum(m / r * (gb + (4 if mp else 0)) for m, r in zero.values())
+        zero_gather = max((m * gb for m, r in zero.values()), default=0.0)
         node_mem = float(mcg.node_costs[i][k][0])
         saved = max(node_mem - self._param_memory(i, k), 0.0)
         outs = []
@@ -282,8 +303,17 @@ class MemoryModel:
         loss_grad = 0.0
         if op.kind is OpKind.LOSS and dict(op.attrs).get("fn") == "cross_entropy" and len(outs) > 1:
             loss_grad = outs[1]  # the gradient of the log-probabilities, next to the logits' gradient
-        hit = self._cache[key] = (persistent, grads, saved, outs, loss_grad, largest, ins)
+        hit = self._cache[key] = (persistent, grads, saved, outs, loss_grad, largest, ins,
+                                  (zero_sync, zero_kept, zero_gather, stepped))
         return hit
+
+    def _replicas(self, op, cfg, use):
+        """The fine mesh axes a parameter's gradient is reduced over and their device count."""
+        index = {d.name: a for a, d in enumerate(op.loop_dims)}
+        indexed = {index[nm] for nm in use.loop_dims()}
+        sizes = cfg.mesh.fine_sizes
+        axes = tuple(a for a, lab in enumerate(cfg.fine) if lab >= 0 and lab not in indexed)
+        return axes, int(np.prod([sizes[a] for a in axes])) if axes else 1
 
     def _tied_copy_bytes(self, pname: str, m: int, km: int, r: int, kr: int) -> float:
         """Bytes of reader ``r``'s copy of shared parameter ``pname`` (0 in the first reader's layout)."""
@@ -352,11 +382,21 @@ class MemoryModel:
         persistent = np.zeros(P)
         largest = np.zeros(P)
         sync = np.zeros(P)
+        zero_sync, zero_kept, zero_gather, stepped = np.zeros(P), np.zeros(P), np.zeros(P), np.zeros(P)
 
-        def add(d, b, s, e):
-            d[:, s] += b
-            d[:, e + 1] -= b
+        rows = np.arange(P)
 
+        def add(d, b, s, e):  # b live from event s to event e (scalars or one per point)
+            d[rows, s] += b
+            d[rows, np.asarray(e) + 1] -= b
+
+        recomputed = np.array([[c.recompute for c in cfgs] for cfgs in self.mcg.configs], dtype=object)
+        rec = np.stack([np.asarray(recomputed[i], dtype=bool)[choices[:, i]] for i in range(n)], axis=1)
+        # With any recomputed operator the executor keeps every saved tensor's holder (they and the
+        # re-runs reference each other) until backward ends: nothing saved is freed during backward.
+        held = rec.any(axis=1)
+        saved_end = np.where(held[:, None], opt - 1, bwd[None, :])  # (P, n)
+        rerun_from = self._rerun_starts(rec)
         for i in range(n):
             ks = choices[:, i]
             uniq, inv = np.unique(ks, return_inverse=True)
@@ -367,15 +407,27 @@ class MemoryModel:
             persistent += per
             largest = np.maximum(largest, np.array([v[5] for v in vals])[inv])
             add(d_grad, gr, bwd[i], opt)
-            add(d_saved, sv, fwd[i], bwd[i])
+            add(d_saved, sv, fwd[i], saved_end[:, i])
+            z = np.array([v[7] for v in vals])[inv]  # (P, 4)
+            zero_sync = np.maximum(zero_sync, z[:, 0])
+            zero_kept += z[:, 1]
+            zero_gather = np.maximum(zero_gather, z[:, 2])
+            stepped += z[:, 3]
             comm = np.array([float(self.mcg.node_costs[i][int(k)][3]) for k in uniq])[inv]
             sync = np.maximum(sync, np.where(comm > 0, 3.0 * gr, 0.0))
-            for o, t, end, grad in self._outputs[i]:
+            rerun = np.zeros(P)
+            for o, t, end, grad, last in self._outputs[i]:
                 b = np.array([v[3][o] for v in vals])[inv]
-                if end is not None and end >= fwd[i]:
-                    add(d_trans, b, fwd[i], end)
+                # a recomputed operator's outputs are kept by nobody: dropped after their last reader
+                stop = np.where(rec[:, i], last, fwd[i] - 1 if end is None else end)
+                stop = np.maximum(stop, fwd[i] - 1)
+                add(d_trans, np.where(stop >= fwd[i], b, 0.0), fwd[i], stop)
                 if grad is not None:
                     add(d_trans, b, bwd[grad], bwd[i])
+                rerun += b
+            # the re-run's outputs (its saved tensors among them) live from the first backward read
+            # of one of them to the operator's own backward
+            add(d_trans, np.where(rec[:, i], rerun, 0.0), bwd[rerun_from[:, i]], bwd[i])
             lg = np.array([v[4] for v in vals])[inv]
             point_trans[:, bwd[i]] += lg
             tied = self._tied_readers.get(i)
@@ -423,14 +475,29 @@ class MemoryModel:
             b = np.array([self._node(c, int(k))[6][ui] for k in ks])
             add(d_saved, -np.where(same, b, 0.0), fwd[c], bwd[c])
         if self.optimizer == "adam":
-            scratch = persistent * 0.0 + (self._weight_bytes(choices) if self.foreach else 2.0 * largest)
+            scratch = stepped if self.foreach else 2.0 * largest
         else:
             scratch = np.zeros(P)
-        point_trans[:, opt] += np.maximum(scratch, sync)
+        # in turn: the gradient reductions, the step, the all-gathers of sharded parameters
+        point_trans[:, opt] += np.maximum(np.maximum(scratch, sync), np.maximum(zero_sync, zero_gather)) + zero_kept
         grads = np.cumsum(d_grad, axis=1)[:, :E]
         saved = np.cumsum(d_saved, axis=1)[:, :E]
         trans = np.cumsum(d_trans, axis=1)[:, :E] + point_trans
         return persistent, grads, saved, trans
+
+    def _rerun_starts(self, rec: np.ndarray) -> np.ndarray:
+        """Per point and operator, the operator whose backward first reads a recomputed operator's
+        tensors (running its re-run): the last of the operator itself, the consumers that saved one
+        of its outputs, and the re-runs of recomputed such consumers (which read their saved input)."""
+        P, n = rec.shape
+        start = np.tile(np.arange(n), (P, 1))
+        for i in range(n - 1, -1, -1):
+            for _, t, _, _, _ in self._outputs[i]:
+                for c in self._saved_by.get(t, ()):
+                    v = self.index[c]
+                    if v != i:
+                        start[:, i] = np.maximum(start[:, i], np.where(rec[:, v], start[:, v], v))
+        return start
 
     def _pair_copy(self, j: int, a: int, b: int) -> float:
         """Bytes of the consumer's rescheduled copy on edge ``j`` for layout classes ``(a, b)``
@@ -521,29 +588,6 @@ class MemoryModel:
                                    info.dst_grad_layouts[b]), False)
         return fwd, bwd
 
-    def _weight_bytes(self, choices):
-        """Bytes of the weights (one scratch tensor each for foreach Adam) per point."""
-        out = np.zeros(choices.shape[0])
-        for i in range(self.n):
-            ks = choices[:, i]
-            uniq, inv = np.unique(ks, return_inverse=True)
-            w = []
-            for k in uniq:
-                op, cfg = self.ops[i], self.mcg.configs[i][int(k)]
-                tensors = self.mcg.graph.tensors
-                tot, seen = 0.0, set()
-                for pi, use in enumerate(op.params):
-                    spec = tensors[use.tensor]
-                    if use.tensor in seen or spec.role is not TensorRole.PARAMETER:
-                        continue
-                    seen.add(use.tensor)
-                    share = 1.0 / max(int(self.readers.get(use.tensor, 1)), 1)
-                    item = 4 if self.mixed_precision else DTYPE_BYTES[spec.dtype]
-                    tot += cfg.layout(op, len(op.inputs) + pi).local_numel(spec.shape) * item * share
-                w.append(tot)
-            out += np.asarray(w)[inv]
-        return out
-
     def _check(self, choices, edge_choices):
         choices = np.atleast_2d(np.asarray(choices, dtype=np.int64))
         if choices.shape[1] != self.n:
@@ -610,24 +654,6 @@ def _path_peak(path, shape, item, keep_last) -> float:
     return float(max(best, 0.0))
 
 
-def models_peak(mcg) -> bool:
-    """Whether the timeline covers ``mcg``'s space.
-
-    Recomputed and sharded-state configurations and bf16-mixed precision
-    (:mod:`tensoropt_py.cost.training`) change what is live when; the timeline does not follow
-    them yet, so such spaces keep Eq. 3's additive memory (measured by the executor within 5%
-    on CPU).
-
-    Parameters
-    ----------
-    mcg : ModelCostGraph
-    """
-    if getattr(mcg, "mixed_precision", False):
-        return False
-    return not any(getattr(c, "recompute", False) or getattr(c, "shard_state", False)
-                   for cfgs in mcg.configs for c in cfgs)
-
-
 def peak_frontier(mcg, memory, time, choices, edge_choices, *, model: MemoryModel | None = None):
     """Replace a tracked frontier's additive memory by each point's peak; keep the Pareto points.
 
@@ -649,8 +675,6 @@ def peak_frontier(mcg, memory, time, choices, edge_choices, *, model: MemoryMode
     time = np.asarray(time, dtype=float)
     if len(time) == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0)
-    if model is None and not models_peak(mcg):  # additive memory: the tracked frontier as it is
-        return np.arange(len(time), dtype=np.int64), np.asarray(memory, dtype=float)
     mm = model if model is not None else MemoryModel(mcg)
     peaks = mm.peaks(choices, edge_choices)
     order = np.lexsort((time, peaks))
