@@ -184,6 +184,10 @@ class Plan:
         TensorOpt Eq. 3's memory (the sum of the operators' and edges' memory, what the engine
         tracks); ``memory`` is the peak of the live memory over the iteration. None in older
         plans, whose ``memory`` is that sum.
+    memory_timeline : tuple of float
+        Live bytes per device at every event of the iteration
+        (:meth:`MemoryModel.live <tensoropt_py.cost.memory.MemoryModel.live>`; events named by
+        :func:`~tensoropt_py.cost.memory.memory_events`); empty in older plans.
 
     Examples
     --------
@@ -213,6 +217,7 @@ class Plan:
     peak_operator: str = ""
     peak_phase: str = ""
     additive_memory: float | None = None
+    memory_timeline: tuple[float, ...] = ()
 
     # --- serialisation -------------------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -234,7 +239,7 @@ class Plan:
             raise InvalidInputError(f"not a tensoropt_py plan: format {fmt!r}, expected {PLAN_FORMAT!r}")
         missing = [f.name for f in fields(cls) if f.name not in d and f.name not in
                    ("model_fingerprint", "optimizer", "simulated_time", "method", "notes", "precision",
-                    "peak_operator", "peak_phase", "additive_memory")]
+                    "peak_operator", "peak_phase", "additive_memory", "memory_timeline")]
         if missing:
             raise InvalidInputError(f"plan JSON lacks the fields {missing}")
         kwargs = {f.name: _tuples(d[f.name]) for f in fields(cls) if f.name in d}
@@ -334,11 +339,13 @@ def plan_from_choices(mcg, choices, edge_choices, *, model: str, cluster: str, o
     precision : {"32-true", "bf16-mixed"}
         The precision the costs assumed.
     """
-    from .cost.memory import MemoryModel
+    from .cost.memory import MemoryModel, models_peak
 
     record = mcg.decode(choices, edge_choices)
     graph = mcg.graph
-    peak = MemoryModel(mcg).profile(choices, edge_choices)
+    mm = MemoryModel(mcg)
+    peak = mm.profile(choices, edge_choices)
+    on_peak = models_peak(mcg)
     ops = []
     for rec in record.ops:
         op = graph.operator(rec.name)
@@ -356,13 +363,14 @@ def plan_from_choices(mcg, choices, edge_choices, *, model: str, cluster: str, o
                               backward=_collectives(rec.backward), reuse=rec.reuse, memory=rec.memory, time=rec.time,
                               rederive=_collectives(rec.rederive)))
     return Plan(model=model, cluster=cluster, devices=int(mcg.num_devices), operators=tuple(ops), edges=tuple(edges),
-                memory=peak.peak, time=record.time, compute_time=record.compute_time,
+                memory=peak.peak if on_peak else record.memory, time=record.time, compute_time=record.compute_time,
                 communication_time=record.comm_time,
                 choices=tuple(int(c) for c in np.asarray(choices).ravel()),
                 edge_choices=tuple(int(c) for c in np.asarray(edge_choices).ravel()),
                 model_fingerprint=fingerprint or graph.fingerprint(), optimizer=optimizer, method=method,
-                precision=precision, peak_operator=peak.operator, peak_phase=peak.phase,
-                additive_memory=record.memory)
+                precision=precision, peak_operator=peak.operator if on_peak else "",
+                peak_phase=peak.phase if on_peak else "", additive_memory=record.memory,
+                memory_timeline=tuple(float(x) for x in mm.live(choices, edge_choices)))
 
 
 def config_from_plan(op, op_plan) -> OpConfig:
