@@ -219,6 +219,40 @@ class Plan:
     additive_memory: float | None = None
     memory_timeline: tuple[float, ...] = ()
 
+    def plot(self, simulation, *, measured_time: float | None = None, measured_memory: float | None = None,
+             devices: int | None = 4, path=None, title: str | None = None):
+        """Draw one simulated iteration and, under it, the live memory with its peak marked.
+
+        Parameters
+        ----------
+        simulation : PlanSimulation
+            :func:`tensoropt_py.soap.plan_simulator.simulate_plan` of this plan.
+        measured_time, measured_memory : float, optional
+            The executor's measured iteration time (seconds) and peak (bytes), drawn as references.
+        devices : int or None
+            Devices drawn (None: all).
+        path : str or Path, optional
+            Where to save the figure.
+        title : str, optional
+
+        Returns
+        -------
+        matplotlib.figure.Figure
+
+        Examples
+        --------
+        >>> import tensoropt_py as to
+        >>> from tensoropt_py.soap.plan_simulator import simulate_plan
+        >>> plan = to.frontier("mlp", "cpu-1x4", devices=2).plan(0)
+        >>> fig = plan.plot(simulate_plan(plan, to.models.mlp()))
+        >>> fig.axes[1].get_ylabel().startswith("memory")
+        True
+        """
+        from .plot import plot_timeline
+
+        return plot_timeline(simulation, devices=devices, measured_time=measured_time, plan=self,
+                             measured_memory=measured_memory, path=path, title=title)
+
     # --- serialisation -------------------------------------------------------------------------
     def to_dict(self) -> dict:
         d = asdict(self)
