@@ -686,10 +686,11 @@ def memory_events(operators) -> tuple:
 def models_peak(mcg) -> bool:
     """Whether the frontier's memory of ``mcg``'s space is the timeline's peak.
 
-    Sharded optimizer state and bf16-mixed precision are on the timeline. A space holding
-    recomputed configurations keeps Eq. 3's additive memory: the timeline follows recomputation
-    (re-runs in backward, saved tensors held to the end of backward), but against the executor
-    on CPU it is off by up to 12% on such plans at 2 ranks, where the sum is within 5%.
+    Sharded optimizer state (ZeRO-1) is on the timeline. Spaces holding recomputed
+    configurations or in bf16-mixed precision keep Eq. 3's additive memory: the timeline follows
+    them (re-runs in backward, saved tensors held to the end of backward; bf16 activations and
+    fp32 masters), but against the executor on CPU it is off by up to 12% on such plans, no
+    closer than the sum.
 
     Parameters
     ----------
@@ -698,9 +699,11 @@ def models_peak(mcg) -> bool:
     Examples
     --------
     >>> from types import SimpleNamespace as N
-    >>> models_peak(N(configs=((N(recompute=False, shard_state=True),),)))
+    >>> models_peak(N(mixed_precision=False, configs=((N(recompute=False, shard_state=True),),)))
     True
     """
+    if getattr(mcg, "mixed_precision", False):
+        return False
     return not any(getattr(c, "recompute", False) for cfgs in mcg.configs for c in cfgs)
 
 
