@@ -45,6 +45,18 @@ implementation (CUDA's default, so the size of all weights), two of the largest 
 single-tensor one (CPU); a gradient all-reduce holds an operator's fused gradients three times over (flattened,
 reduced, and copied back into place).
 
+Training options (:mod:`tensoropt_py.cost.training`)
+----------------------------------------------------
+Sharded optimizer state: a rank keeps its chunk of the master weights and state; at the step,
+a group's flat gradient and its reduce-scatter result (then the chunk's gradient, kept), the
+step on the chunk, and the all-gather of the updated weights. Recomputation: a recomputed
+operator's outputs are dropped after their last forward reader; its re-run's outputs live from
+the first backward read of one of them (its own backward or a consumer's that saved one, or a
+recomputed consumer's re-run) to its backward; and, as the executor keeps every saved tensor's
+holder while re-runs reference them, nothing saved is freed before backward ends. bf16-mixed:
+bf16 activations and working weights and gradients, fp32 masters stepped by the optimizer.
+:func:`models_peak` says which spaces report the peak.
+
 What is exact, what is a bound
 ------------------------------
 For a given strategy the peak is exact for the model above (checked against
