@@ -54,7 +54,8 @@ operator's outputs are dropped after their last forward reader; its re-run's out
 the first backward read of one of them (its own backward or a consumer's that saved one, or a
 recomputed consumer's re-run) to its backward; and, as the executor keeps every saved tensor's
 holder while re-runs reference them, nothing saved is freed before backward ends. bf16-mixed:
-bf16 activations and working weights and gradients, fp32 masters stepped by the optimizer.
+bf16 activations and working weights and gradients, fp32 masters stepped by the optimizer
+with fp32 copies of their gradients.
 :func:`models_peak` says which spaces report the peak.
 
 What is exact, what is a bound
@@ -259,7 +260,7 @@ class MemoryModel:
         cfg = mcg.configs[i][k]
         tensors = mcg.graph.tensors
         nin, npar = len(op.inputs), len(op.params)
-        persistent = grads = largest = stepped = 0.0
+        persistent = grads = largest = stepped = master_grads = 0.0
         zero: dict = {}  # sharded state (ZeRO-1): replica axes -> [elements, replicas]
         seen = set()
         mp = self.mixed_precision
@@ -283,6 +284,8 @@ class MemoryModel:
                     entry[0] += loc
                 else:
                     persistent += loc * (per - gb) * share
+                    if mp:  # the fp32 master's gradient, a copy of the bf16 one, through the step
+                        master_grads += loc * 4 * share
                 grads += loc * gb * share
                 largest = max(largest, loc * item / r)
                 stepped += loc * item / r / max(int(self.readers.get(use.tensor, 1)), 1)
@@ -293,7 +296,7 @@ class MemoryModel:
         # bf16 in fp32), the chunk's gradient (and its fp32 copy) kept to the step, the all-gather
         zero_sync = max((m * gb + m / r * gb + (m * 4 + m / r * 4 if mp and self.cpu else 0.0)
                          for m, r in zero.values()), default=0.0)
-        zero_kept = sum(m / r * (gb + (4 if mp else 0)) for m, r in zero.values())
+        zero_kept = sum(m / r * (gb + (4 if mp else 0)) for m, r in zero.values()) + master_grads
         zero_gather = max((m * gb for m, r in zero.values()), default=0.0)
         node_mem = float(mcg.node_costs[i][k][0])
         saved = max(node_mem - self._param_memory(i, k), 0.0)
@@ -698,11 +701,10 @@ def memory_events(operators) -> tuple:
 def models_peak(mcg) -> bool:
     """Whether the frontier's memory of ``mcg``'s space is the timeline's peak.
 
-    Sharded optimizer state (ZeRO-1) is on the timeline. Spaces holding recomputed
-    configurations or in bf16-mixed precision keep Eq. 3's additive memory: the timeline follows
-    them (re-runs in backward, saved tensors held to the end of backward; bf16 activations and
-    fp32 masters), but against the executor on CPU it is off by up to 12% on such plans, no
-    closer than the sum.
+    Sharded optimizer state (ZeRO-1) and bf16-mixed precision are on the timeline. A space
+    holding recomputed configurations keeps Eq. 3's additive memory: the timeline follows
+    recomputation (re-runs in backward, saved tensors held to the end of backward), but against
+    the executor on CPU it is off by up to 12% on such plans, no closer than the sum.
 
     Parameters
     ----------
@@ -711,11 +713,9 @@ def models_peak(mcg) -> bool:
     Examples
     --------
     >>> from types import SimpleNamespace as N
-    >>> models_peak(N(mixed_precision=False, configs=((N(recompute=False, shard_state=True),),)))
+    >>> models_peak(N(configs=((N(recompute=False, shard_state=True),),)))
     True
     """
-    if getattr(mcg, "mixed_precision", False):
-        return False
     return not any(getattr(c, "recompute", False) for cfgs in mcg.configs for c in cfgs)
 
 
