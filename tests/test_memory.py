@@ -196,7 +196,7 @@ def test_sharded_state_divides_master_and_state_by_the_replicas():
             drop = mcg.node_costs[i][plain][0] - mcg.node_costs[i][k][0]
             assert drop > 0
             assert mm._node(i, plain)[0] - mm._node(i, k)[0] == pytest.approx(drop, rel=1e-12)
-            zero_sync, zero_kept, zero_gather, _ = mm._node(i, k)[7]
+            zero_sync, zero_kept, zero_gather, _, _ = mm._node(i, k)[7]
             # an all-gather rebuilds one group's weights; the reduce-scatter holds them and the chunk
             assert 0 < zero_gather <= mm._node(i, k)[1] and zero_gather < zero_sync
             assert 0 < zero_kept < zero_sync

@@ -42,8 +42,8 @@ it); a cross-entropy loss's backward materialises the gradient of its
 log-probabilities next to the logits' gradient (both the size of the logits); the optimizer
 step of Adam needs scratch tensors: one per parameter shard at once for torch's ``foreach``
 implementation (CUDA's default, so the size of all weights), two of the largest shard for the
-single-tensor one (CPU); a gradient all-reduce holds an operator's fused gradients three times over (flattened,
-reduced, and copied back into place).
+single-tensor one (CPU); a gradient all-reduce holds the gradients it fuses (an operator's parameters reduced over the
+same mesh axes) three times over (flattened, reduced, and copied back into place).
 
 Training options (:mod:`tensoropt_py.cost.training`)
 ----------------------------------------------------
@@ -262,6 +262,7 @@ class MemoryModel:
         nin, npar = len(op.inputs), len(op.params)
         persistent = grads = largest = stepped = master_grads = 0.0
         zero: dict = {}  # sharded state (ZeRO-1): replica axes -> [elements, replicas]
+        reduced: dict = {}  # fused gradient all-reduces: replica axes -> bytes
         seen = set()
         mp = self.mixed_precision
         for pi, use in enumerate(op.params):
@@ -276,8 +277,9 @@ class MemoryModel:
                 per = state_bytes_per_param(self.optimizer, spec.dtype, mixed_precision=mp)
                 gb = 2 if mp else DTYPE_BYTES[spec.dtype]
                 item = 4 if mp else DTYPE_BYTES[spec.dtype]  # what the optimizer steps
-                axes, r = self._replicas(op, cfg, use) if cfg.shard_state and use.tensor not in self._first_reader \
-                    else ((), 1)
+                axes, r = self._replicas(op, cfg, use)
+                if not cfg.shard_state or use.tensor in self._first_reader:
+                    r = 1
                 if r > 1:  # master weight and optimizer state of this rank's chunk only
                     persistent += loc * gb + loc * (per - 2 * gb) / r
                     entry = zero.setdefault(axes, [0.0, r])
@@ -286,6 +288,8 @@ class MemoryModel:
                     persistent += loc * (per - gb) * share
                     if mp:  # the fp32 master's gradient, a copy of the bf16 one, through the step
                         master_grads += loc * 4 * share
+                    if axes and use.tensor not in self._first_reader:  # all-reduced with its group
+                        reduced[axes] = reduced.get(axes, 0.0) + loc * gb
                 grads += loc * gb * share
                 largest = max(largest, loc * item / r)
                 stepped += loc * item / r / max(int(self.readers.get(use.tensor, 1)), 1)
@@ -296,6 +300,9 @@ class MemoryModel:
         # bf16 in fp32), the chunk's gradient (and its fp32 copy) kept to the step, the all-gather
         zero_sync = max((m * gb + m / r * gb + (m * 4 + m / r * 4 if mp and self.cpu else 0.0)
                          for m, r in zero.values()), default=0.0)
+        # a fused all-reduce holds the flat gradients, the result and the copies back in place
+        # (the MPI backend sums bf16 in fp32: two fp32 buffers and the bf16 result besides)
+        sync = max(reduced.values(), default=0.0) * (6.0 if mp and self.cpu else 3.0)
         zero_kept = sum(m / r * (gb + (4 if mp else 0)) for m, r in zero.values()) + master_grads
         zero_gather = max((m * gb for m, r in zero.values()), default=0.0)
         node_mem = float(mcg.node_costs[i][k][0])
@@ -319,7 +326,7 @@ class MemoryModel:
         if op.kind is OpKind.LOSS and dict(op.attrs).get("fn") == "cross_entropy" and len(outs) > 1:
             loss_grad = outs[1]  # the gradient of the log-probabilities, next to the logits' gradient
         hit = self._cache[key] = (persistent, grads, saved, outs, loss_grad, largest, ins,
-                                  (zero_sync, zero_kept, zero_gather, stepped))
+                                  (zero_sync, zero_kept, zero_gather, stepped, sync))
         return hit
 
     def _replicas(self, op, cfg, use):
@@ -428,8 +435,7 @@ class MemoryModel:
             zero_kept += z[:, 1]
             zero_gather = np.maximum(zero_gather, z[:, 2])
             stepped += z[:, 3]
-            comm = np.array([float(self.mcg.node_costs[i][int(k)][3]) for k in uniq])[inv]
-            sync = np.maximum(sync, np.where(comm > 0, 3.0 * gr, 0.0))
+            sync = np.maximum(sync, z[:, 4])
             rerun = np.zeros(P)
             for o, t, end, grad, last in self._outputs[i]:
                 b = np.array([v[3][o] for v in vals])[inv]
