@@ -18,8 +18,10 @@ compressed to those steps (the maximal cliques of the interval graph, at most on
 
 :func:`min_time_under_peak` solves ``min time s.t. peak <= limit`` by Lagrangian
 relaxation: multipliers ``lam_t >= 0`` per step turn the limit into per-config costs
-``time + usage * sum of lam over the node's steps``, minimised exactly by
-:func:`~tensoropt_py.engine.min_sum`; the dual value is a lower bound on the optimum,
+``time + usage * sum of lam over the node's steps``, minimised exactly by variable
+elimination (the same bucket elimination as :func:`~tensoropt_py.engine.min_sum`, with
+its order and pairwise tables built once per solve, as only the unary costs change
+between subproblems); the dual value is a lower bound on the optimum,
 raised by projected subgradient ascent (Polyak steps). Every Lagrangian solution is turned
 into a feasible strategy by a repair step (cut the usage of nodes live at the most violated
 step, cheapest time increase per byte first) and improved by local search (single-node
@@ -40,7 +42,6 @@ import numpy as np
 
 from ..errors import InfeasibleError, InvalidInputError
 from .cost_graph import MAX_BRUTE_FORCE_STRATEGIES, CostGraph, evaluate
-from .scalar import MAX_FACTOR_ENTRIES, min_sum
 
 __all__ = [
     "IntervalUsage",
@@ -54,6 +55,8 @@ __all__ = [
 
 _ENUMERATE_ENTRIES = 1 << 22
 """Most (strategy, node) entries an enumerated subproblem may hold at once."""
+MAX_PLAN_ENTRIES = 1 << 25
+"""Default limit on the table entries the exact Lagrangian solver stores (about 400 MB)."""
 
 
 def _int_array(x, name):
@@ -243,7 +246,7 @@ class PeakOptimum:
     n_nodes_explored : int
         Branch-and-bound nodes processed.
     n_oracle_calls : int
-        Exact Lagrangian subproblems solved (:func:`~tensoropt_py.engine.min_sum` calls).
+        Exact Lagrangian subproblems solved.
     seconds : float
     """
 
@@ -431,6 +434,114 @@ def _range_max(values, lo, hi):
     return out
 
 
+
+class _MinSumPlan:
+    """Exact ``min over x of sum_i unary_i[x_i] + sum_e T_e[x_u, x_v]`` for many unary vectors.
+
+    The Lagrangian subproblems of one solve differ only in their unary costs, so the
+    elimination order, the scopes and the summed pairwise tables of every step are built
+    once (bucket elimination, the step with the smallest table first, like
+    :func:`~tensoropt_py.engine.min_sum`); a solve is then a few NumPy operations per node.
+
+    Parameters
+    ----------
+    n_configs : sequence of int
+    tables : sequence of (u, v, T)
+        ``T`` of shape (K_u, K_v); +inf marks a forbidden pair.
+    max_entries : int
+        Most table entries (summed pairwise tables and argmin tables of every step) the
+        plan may store; more raises ``InvalidInputError`` (the graph is too wide).
+    """
+
+    def __init__(self, n_configs, tables, max_entries):
+        n = len(n_configs)
+        K = list(n_configs)
+        pair = [dict() for _ in range(n)]
+        for u, v, T in tables:
+            pair[u].setdefault(v, []).append(T)
+            pair[v].setdefault(u, []).append(T.T)
+        adj = [set(d) for d in pair]
+        alive = [True] * n
+        msgs_of = [set() for _ in range(n)]
+        msg_vars = {}
+
+        def key(z):
+            return (math.prod(K[y] for y in adj[z]) * K[z], len(adj[z]), z)
+
+        keys = [key(z) for z in range(n)]
+        heap = list(keys)
+        heapq.heapify(heap)
+        self.steps = []
+        used = 0
+        while heap:
+            item = heapq.heappop(heap)
+            x = item[2]
+            if not alive[x] or keys[x] != item:
+                continue
+            others = tuple(sorted(adj[x]))
+            scope = (x,) + others
+            shape = tuple(K[z] for z in scope)
+            size = math.prod(shape)
+            used += size + size // K[x]
+            if used > max_entries:
+                raise InvalidInputError(
+                    f"eliminating node {x} needs a table over nodes {scope} (configs {shape}); the plan would "
+                    f"store {used} entries, more than max_entries={max_entries} allows (the graph is too wide "
+                    f"for exact elimination)"
+                )
+            static = np.zeros(shape)
+            for a, y in enumerate(others, start=1):
+                for T in pair[x].get(y, ()):
+                    static = static + T.reshape([K[x] if b == 0 else (K[y] if b == a else 1)
+                                                 for b in range(len(scope))])
+            incoming = []
+            for mid in sorted(msgs_of[x]):
+                mv = msg_vars.pop(mid)
+                pos = [scope.index(z) for z in mv]
+                incoming.append((mid, tuple(np.argsort(pos).tolist()),
+                                 tuple(K[z] if z in mv else 1 for z in scope)))
+                for z in mv:
+                    if z != x:
+                        msgs_of[z].discard(mid)
+            mid = len(self.steps)
+            if others:
+                msg_vars[mid] = others
+                for z in others:
+                    msgs_of[z].add(mid)
+                    adj[z].discard(x)
+                    adj[z].update(y for y in others if y != z)
+            alive[x] = False
+            adj[x] = set()
+            self.steps.append((x, others, static, tuple(incoming)))
+            for z in others:
+                keys[z] = key(z)
+                heapq.heappush(heap, keys[z])
+        self.n = n
+
+    def solve(self, unary):
+        """``(choices, value)`` minimising the sum for unary costs ``unary`` (list of (K_i,)),
+        or None when every strategy has an infinite cost."""
+        msgs = {}
+        args = []
+        total = 0.0
+        for mid, (x, others, static, incoming) in enumerate(self.steps):
+            tab = static + unary[x].reshape((-1,) + (1,) * len(others))
+            for src, perm, bshape in incoming:
+                tab = tab + msgs.pop(src).transpose(perm).reshape(bshape)
+            arg = tab.argmin(axis=0)
+            if others:
+                msgs[mid] = tab.min(axis=0)
+            else:
+                total += float(tab[arg])
+            args.append(arg)
+        if not math.isfinite(total):
+            return None
+        choices = np.zeros(self.n, dtype=np.int64)
+        for (x, others, _, _), arg in zip(reversed(self.steps), reversed(args)):
+            choices[x] = int(arg[tuple(choices[z] for z in others)]) if others else int(arg)
+        return choices, total
+
+
 class _Search:
     """State of one ``min time s.t. peak <= limit`` solve (incumbent, counters, tables)."""
 
@@ -445,14 +556,27 @@ class _Search:
         # fastest-option time of every edge as a dense (K_u, K_v) table, seen from each end
         self.incident = [[] for _ in range(self.n)]
         t_cap = sum(float(t[np.isfinite(t)].max()) for t in self.t_node)
+        tables = []
         for u, v, smap, dmap, tab in cg._norm:
             T = tab[..., 1].min(axis=2)[np.ix_(smap, dmap)]
+            tables.append((u, v, T))
             self.incident[u].append((v, T))
             self.incident[v].append((u, T.T))
             fin = T[np.isfinite(T)]
             t_cap += float(fin.max()) if fin.size else 0.0
         # no strategy of finite time is slower than this
         self.t_cap = t_cap * (1 + 1e-9) + 1e-300
+        self.tables = tables
+        self.plan = None
+        # flat tables: the time of a strategy in two gathers (offer runs once per subgradient step)
+        self.t_flat = np.concatenate(self.t_node)
+        self.t_off = np.concatenate([[0], np.cumsum(cg.n_configs)[:-1]]).astype(np.int64)
+        if tables:
+            self.e_u = np.array([u for u, _, _ in tables], dtype=np.int64)
+            self.e_v = np.array([v for _, v, _ in tables], dtype=np.int64)
+            self.e_kv = np.array([T.shape[1] for _, _, T in tables], dtype=np.int64)
+            self.e_flat = np.concatenate([T.ravel() for _, _, T in tables])
+            self.e_off = np.concatenate([[0], np.cumsum([T.size for _, _, T in tables])[:-1]]).astype(np.int64)
         self.best_time = math.inf
         self.best_x = None
         self.n_oracle = 0
@@ -470,16 +594,20 @@ class _Search:
             vec += T[:, x[o]]
         return vec
 
+    def strategy_time(self, x):
+        t = float(self.t_flat[self.t_off + x].sum())
+        if self.tables:
+            t += float(self.e_flat[self.e_off + x[self.e_u] * self.e_kv + x[self.e_v]].sum())
+        return t
+
     def offer(self, x):
-        x = x[None, :]
-        ech = _fastest_options(self.cg, x)
-        _, tim = evaluate(self.cg, x, ech)
-        loads = self.usage.loads(x)
-        if not math.isfinite(tim[0]) or (self.S and loads.max() > self.limit):
+        t = self.strategy_time(x)
+        if not t < self.best_time:
             return
-        if tim[0] < self.best_time:
-            self.best_time = float(tim[0])
-            self.best_x = x[0].copy()
+        if self.S and self.usage.loads(x[None, :]).max() > self.limit:
+            return
+        self.best_time = t
+        self.best_x = x.copy()
 
     def repair(self, x, loads, allowed):
         """Cut the usage at the most violated step until none is violated (None on failure)."""
@@ -543,20 +671,16 @@ class _Search:
         """Exact minimiser of the Lagrangian at ``lam`` over ``allowed`` configs, or None."""
         prefix = np.concatenate([[0.0], np.cumsum(lam)])
         weight = prefix[self.hi] - prefix[self.lo]
-        nodes = []
-        for i in range(self.n):
-            c = np.where(allowed[i], self.t_node[i] + self.u[i] * weight[i], np.inf)
-            nodes.append(np.stack([np.zeros_like(c), c], axis=1))
+        if self.plan is None:
+            self.plan = _MinSumPlan(self.cg.n_configs, self.tables, self.max_entries)
+        unary = [np.where(allowed[i], self.t_node[i] + self.u[i] * weight[i], np.inf) for i in range(self.n)]
         self.n_oracle += 1
-        try:
-            opt = min_sum(CostGraph(nodes, self.cg.edges), 0.0, max_entries=self.max_entries)
-        except InfeasibleError:
+        res = self.plan.solve(unary)
+        if res is None:
             return None
-        except InvalidInputError as exc:
-            raise InvalidInputError(f"the Lagrangian subproblem is too wide for exact elimination: {exc}") from exc
         total = float(lam.sum())
         # lam stays 0 without a limit: inf * 0 must not turn the bound into NaN
-        return opt.choices, opt.value - (self.limit * total if total else 0.0)
+        return res[0], res[1] - (self.limit * total if total else 0.0)
 
     def dual(self, allowed, lam):
         """Subgradient ascent from ``lam``: (best bound, its multipliers, its minimiser)."""
@@ -709,7 +833,7 @@ def _least_peak_bound(usage, cg):
 
 
 def min_time_under_peak(cg, usage, limit, *, max_nodes=1000, iterations=50, max_enumerate=4096, rtol=1e-9,
-                        max_entries=MAX_FACTOR_ENTRIES):
+                        max_entries=MAX_PLAN_ENTRIES):
     """The fastest strategy whose peak is at most ``limit`` (Lagrangian branch and bound).
 
     Parameters
@@ -725,13 +849,14 @@ def min_time_under_peak(cg, usage, limit, *, max_nodes=1000, iterations=50, max_
         graphs: best strategy found, lower bound and gap).
     iterations : int >= 1
         Subgradient steps per branch-and-bound node (each solves one exact Lagrangian
-        subproblem with :func:`~tensoropt_py.engine.min_sum`).
+        subproblem).
     max_enumerate : int >= 1
         Subproblems with at most this many strategies are enumerated instead.
     rtol : float in [0, 1)
         Branches whose bound is within ``rtol`` (relative) of the best time found are pruned.
     max_entries : int >= 1
-        Passed to :func:`~tensoropt_py.engine.min_sum`: the largest factor it may build.
+        Most table entries the exact Lagrangian solver may store (its tables for every
+        elimination step together); a wider graph raises ``InvalidInputError``.
 
     Returns
     -------
@@ -773,7 +898,7 @@ def min_time_under_peak(cg, usage, limit, *, max_nodes=1000, iterations=50, max_
 
 
 def peak_frontier(cg, usage, *, max_points=10_000, max_nodes=1000, iterations=50, max_enumerate=4096, rtol=1e-9,
-                  max_entries=MAX_FACTOR_ENTRIES):
+                  max_entries=MAX_PLAN_ENTRIES):
     """The (peak, time) frontier by the epsilon-constraint method.
 
     Starts from the fastest strategy (no limit) and repeatedly asks
