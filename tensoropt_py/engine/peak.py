@@ -577,6 +577,18 @@ class _Search:
             self.e_kv = np.array([T.shape[1] for _, _, T in tables], dtype=np.int64)
             self.e_flat = np.concatenate([T.ravel() for _, _, T in tables])
             self.e_off = np.concatenate([[0], np.cumsum([T.size for _, _, T in tables])[:-1]]).astype(np.int64)
+        # every (node config, incident edge) pair: where its edge time sits in e_flat given the
+        # partner's config (base + partner config * stride), so all local times take one bincount
+        self.node_of = np.repeat(np.arange(self.n), cg.n_configs)
+        pos, base, partner, stride = [], [], [], []
+        for e, (u, v, T) in enumerate(tables):
+            ku, kv = T.shape
+            pos += [self.t_off[u] + np.arange(ku), self.t_off[v] + np.arange(kv)]
+            base += [self.e_off[e] + np.arange(ku) * kv, self.e_off[e] + np.arange(kv)]
+            partner += [np.full(ku, v), np.full(kv, u)]
+            stride += [np.ones(ku, dtype=np.int64), np.full(kv, kv)]
+        cat = (lambda parts: np.concatenate(parts).astype(np.int64)) if tables else (lambda parts: np.zeros(0, np.int64))
+        self.side_pos, self.side_base, self.side_partner, self.side_stride = map(cat, (pos, base, partner, stride))
         self.best_time = math.inf
         self.best_x = None
         self.n_oracle = 0
@@ -636,13 +648,29 @@ class _Search:
             x[i] = k
         return None
 
+    def all_local_times(self, x):
+        """(sum K_i,): the time of every node config with every other node as in ``x``."""
+        local = self.t_flat.copy()
+        if self.tables:
+            w = self.e_flat[self.side_base + x[self.side_partner] * self.side_stride]
+            local += np.bincount(self.side_pos, weights=w, minlength=local.shape[0])
+        return local
+
     def improve(self, x, loads, allowed, passes=3):
         """Single-node moves that cut time and keep every step under the limit."""
+        allowed_flat = np.concatenate(allowed)
+        u_flat = self.usage._flat
         for _ in range(passes):
+            # a vectorised screen finds the nodes with an improving move; each is re-checked
+            # against the moves made before it
+            local = self.all_local_times(x)
+            now = (self.t_off + x)[self.node_of]  # flat index of each config's node's current config
+            head = (self.limit - _range_max(loads, self.lo, self.hi))[self.node_of]
+            fits = allowed_flat & np.isfinite(local) & (u_flat - u_flat[now] <= head)
+            gain = local[now] - local
+            cand = np.unique(self.node_of[fits & (gain > 1e-12 * np.abs(local[now]))])
             moved = False
-            for i in range(self.n):
-                if allowed[i].sum() < 2:
-                    continue
+            for i in cand.tolist():
                 vec = self.local_times(i, x)
                 cur = x[i]
                 a, b = self.lo[i], self.hi[i]
@@ -673,7 +701,8 @@ class _Search:
         weight = prefix[self.hi] - prefix[self.lo]
         if self.plan is None:
             self.plan = _MinSumPlan(self.cg.n_configs, self.tables, self.max_entries)
-        unary = [np.where(allowed[i], self.t_node[i] + self.u[i] * weight[i], np.inf) for i in range(self.n)]
+        flat = np.where(np.concatenate(allowed), self.t_flat + self.usage._flat * weight[self.node_of], np.inf)
+        unary = np.split(flat, self.t_off[1:])
         self.n_oracle += 1
         res = self.plan.solve(unary)
         if res is None:
