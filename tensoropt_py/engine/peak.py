@@ -564,7 +564,8 @@ class _Search:
             self.incident[v].append((u, T.T))
             fin = T[np.isfinite(T)]
             t_cap += float(fin.max()) if fin.size else 0.0
-        # no strategy of finite time is slower than this
+        # no strategy of finite time is slower than this (kept positive so that a dual bound
+        # above it proves infeasibility even when every time is 0)
         self.t_cap = t_cap * (1 + 1e-9) + 1e-300
         self.tables = tables
         self.plan = None
@@ -592,6 +593,7 @@ class _Search:
         self.best_time = math.inf
         self.best_x = None
         self.n_oracle = 0
+        self.explored = 0
 
     # -- primal side ------------------------------------------------------------------
     def cutoff(self):
@@ -724,6 +726,8 @@ class _Search:
             if g > best[0]:
                 best, stall = (g, lam, x), 0
             else:
+                # Polyak steps aimed at the best time overshoot once the bound nears the dual
+                # optimum: halve them after 3 steps without a better bound, and stop at 1/1000
                 stall += 1
                 if stall >= 3:
                     theta, stall = theta / 2, 0
@@ -756,7 +760,7 @@ class _Search:
             allowed[i] &= self.u[i] - least[i] <= head[i]
         return True
 
-    def enumerate_(self, allowed):
+    def enumerate_all(self, allowed):
         opts = [np.flatnonzero(a) for a in allowed]
         grid = np.indices([o.shape[0] for o in opts]).reshape(self.n, -1)
         X = np.stack([opts[i][grid[i]] for i in range(self.n)], axis=1)
@@ -802,7 +806,7 @@ class _Search:
                 continue
             count = math.prod(int(a.sum()) for a in allowed)
             if count <= self.max_enumerate and count * self.n <= _ENUMERATE_ENTRIES:
-                self.enumerate_(allowed)
+                self.enumerate_all(allowed)
                 continue
             g, lam2, x = self.dual(allowed, lam)
             if x is None or g >= self.cutoff():
@@ -836,7 +840,6 @@ def _solve(cg, usage, limit, max_nodes, iterations, max_enumerate, rtol, max_ent
     """(PeakOptimum or None, proven): None means no strategy found (proven infeasible if proven)."""
     t0 = _time.perf_counter()
     s = _Search(cg, usage, limit, iterations, max_enumerate, rtol, max_entries)
-    s.explored = 0
     lower, proven = s.run(max_nodes)
     if s.best_x is None:
         return None, proven, s
