@@ -46,6 +46,8 @@ def _check_strategy(cg, usage, r):
     assert evaluate(cg, r.choices, r.edge_choices)[1][0] == r.time
     assert r.peak <= r.limit
     assert r.lower_bound <= r.time and 0.0 <= r.gap <= 1.0
+    if r.optimal:
+        assert r.gap <= 1e-9  # the default rtol
 
 
 @st.composite
@@ -92,6 +94,7 @@ def test_min_time_under_peak_equals_brute_force(seed):
             r = min_time_under_peak(cg, usage, limit, max_enumerate=max_enumerate, iterations=20)
             assert r.optimal
             assert r.time == bf.time[fits].min()
+            assert r.lower_bound <= r.time
             _check_strategy(cg, usage, r)
 
 

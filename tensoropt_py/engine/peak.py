@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import InfeasibleError, InvalidInputError
-from .cost_graph import MAX_BRUTE_FORCE_STRATEGIES, CostGraph, evaluate
+from .cost_graph import MAX_BRUTE_FORCE_STRATEGIES, CostGraph, _check_choices, evaluate
 
 __all__ = [
     "IntervalUsage",
@@ -343,23 +343,17 @@ def evaluate_peak(cg, usage, choices, edge_choices=None):
     if not isinstance(cg, CostGraph):
         raise InvalidInputError(f"cg must be a CostGraph, got {type(cg).__name__}")
     _check_pair(cg, usage)
-    ch = np.asarray(choices)
-    if ch.ndim == 1:
-        ch = ch[None, :]
-    if edge_choices is None and ch.ndim == 2 and ch.shape[1] == cg.n_nodes and ch.dtype.kind in "iu":
-        ok = all(ch.size == 0 or (ch[:, i].min() >= 0 and ch[:, i].max() < K) for i, K in enumerate(cg.n_configs))
-        if ok:
-            edge_choices = _fastest_options(cg, ch.astype(np.int64))
-    _, tim = evaluate(cg, ch, edge_choices)
-    loads = usage.loads(ch.astype(np.int64))
-    peak = loads.max(axis=1) if usage.n_steps else np.zeros(ch.shape[0])
+    ch, ech = _check_choices(cg, choices, edge_choices)
+    if edge_choices is None:
+        ech = _fastest_options(cg, ch)
+    _, tim = evaluate(cg, ch, ech)
+    peak = usage.loads(ch).max(axis=1) if usage.n_steps else np.zeros(ch.shape[0])
     return peak, tim
 
 
-def _pareto(peak, tim, order_key=None):
+def _pareto(peak, tim):
     """Indices of the Pareto-minimal (peak, time) pairs, peak ascending; ties keep the first."""
-    idx = np.arange(peak.shape[0]) if order_key is None else order_key
-    order = np.lexsort((idx, tim, peak))
+    order = np.lexsort((np.arange(peak.shape[0]), tim, peak))
     ts = tim[order]
     prev = np.minimum.accumulate(np.concatenate([[np.inf], ts[:-1]]))
     return order[ts < prev]
@@ -761,6 +755,7 @@ class _Search:
         return True
 
     def enumerate_all(self, allowed):
+        """Offer the fastest strategy of ``allowed`` that keeps to the limit; return its time."""
         opts = [np.flatnonzero(a) for a in allowed]
         grid = np.indices([o.shape[0] for o in opts]).reshape(self.n, -1)
         X = np.stack([opts[i][grid[i]] for i in range(self.n)], axis=1)
@@ -770,6 +765,7 @@ class _Search:
         k = int(np.argmin(tim))
         if math.isfinite(tim[k]):
             self.offer(X[k])
+        return float(tim[k])
 
     def branch_var(self, x, allowed):
         sizes = np.array([a.sum() for a in allowed])
@@ -783,7 +779,11 @@ class _Search:
         return int(np.argmax(np.where(free, spread + 1e-300 * sizes, -1.0)))
 
     def run(self, max_nodes):
-        """Branch and bound; returns (lower bound, proven)."""
+        """Branch and bound; returns (lower bound, proven).
+
+        The bound is the least of the bounds of the open nodes and of the nodes closed by
+        their bound or by enumeration (the optimum lies in one of them)."""
+        closed = math.inf
         root = [np.isfinite(t) for t in self.t_node]
         if not self.propagate(root):
             return math.inf, True
@@ -792,6 +792,7 @@ class _Search:
         while heap:
             bound, _, fix, lam = heap[0]
             if bound >= self.cutoff():
+                closed = min(closed, bound)
                 heapq.heappop(heap)
                 continue
             if explored >= max_nodes:
@@ -806,10 +807,13 @@ class _Search:
                 continue
             count = math.prod(int(a.sum()) for a in allowed)
             if count <= self.max_enumerate and count * self.n <= _ENUMERATE_ENTRIES:
-                self.enumerate_all(allowed)
+                closed = min(closed, self.enumerate_all(allowed))
                 continue
             g, lam2, x = self.dual(allowed, lam)
-            if x is None or g >= self.cutoff():
+            if x is None:
+                continue
+            if g >= self.cutoff():
+                closed = min(closed, g)
                 continue
             var = self.branch_var(x, allowed)
             for k in np.flatnonzero(allowed[var]).tolist():
@@ -817,7 +821,7 @@ class _Search:
                 counter += 1
         self.explored = explored
         open_bound = min((h[0] for h in heap), default=math.inf)
-        return min(open_bound, self.best_time), not heap
+        return min(open_bound, closed, self.best_time), not heap
 
 
 def _check_options(limit, max_nodes, iterations, max_enumerate, rtol, max_entries):
@@ -837,23 +841,23 @@ def _check_options(limit, max_nodes, iterations, max_enumerate, rtol, max_entrie
 
 
 def _solve(cg, usage, limit, max_nodes, iterations, max_enumerate, rtol, max_entries):
-    """(PeakOptimum or None, proven): None means no strategy found (proven infeasible if proven)."""
+    """``(PeakOptimum or None, proven)``: None means no strategy found (proven infeasible if proven)."""
     t0 = _time.perf_counter()
     s = _Search(cg, usage, limit, iterations, max_enumerate, rtol, max_entries)
     lower, proven = s.run(max_nodes)
     if s.best_x is None:
-        return None, proven, s
+        return None, proven
     x = s.best_x[None, :]
     ech = _fastest_options(cg, x)
     peak, tim = evaluate_peak(cg, usage, x, ech)
     t = float(tim[0])
-    lower = t if proven else min(lower, t)
+    lower = min(lower, t)
     gap = 0.0 if t == lower else (t - lower) / t
     return PeakOptimum(
         time=t, peak=float(peak[0]), choices=x[0], edge_choices=ech[0], limit=limit, lower_bound=float(lower),
         gap=float(gap), optimal=bool(proven), n_nodes_explored=s.explored, n_oracle_calls=s.n_oracle,
         seconds=_time.perf_counter() - t0,
-    ), proven, s
+    ), proven
 
 
 def _least_peak_bound(usage, cg):
@@ -917,7 +921,7 @@ def min_time_under_peak(cg, usage, limit, *, max_nodes=1000, iterations=50, max_
         raise InvalidInputError(f"cg must be a CostGraph, got {type(cg).__name__}")
     _check_pair(cg, usage)
     limit = _check_options(limit, max_nodes, iterations, max_enumerate, rtol, max_entries)
-    res, proven, _ = _solve(cg, usage, limit, max_nodes, iterations, max_enumerate, rtol, max_entries)
+    res, proven = _solve(cg, usage, limit, max_nodes, iterations, max_enumerate, rtol, max_entries)
     if res is None:
         bound = _least_peak_bound(usage, cg)
         how = "proven by branch and bound" if proven else f"not proven: the search stopped after max_nodes={max_nodes}"
@@ -979,7 +983,7 @@ def peak_frontier(cg, usage, *, max_points=10_000, max_nodes=1000, iterations=50
         if solves >= max_points:
             exact = False
             break
-        res, proven, _ = _solve(cg, usage, limit, max_nodes, iterations, max_enumerate, rtol, max_entries)
+        res, proven = _solve(cg, usage, limit, max_nodes, iterations, max_enumerate, rtol, max_entries)
         solves += 1
         if res is None:
             exact &= proven
