@@ -47,7 +47,7 @@ def _check_strategy(cg, usage, r):
     assert r.peak <= r.limit
     assert r.lower_bound <= r.time and 0.0 <= r.gap <= 1.0
     if r.optimal:
-        assert r.gap <= 1e-9  # the default rtol
+        assert r.gap <= 1e-9 * (1 + 1e-6)  # the default rtol (up to rounding)
 
 
 @st.composite
