@@ -164,8 +164,22 @@ def test_large_sparse_graph_gives_feasible_strategy_and_bound():
     _check_strategy(cg, usage, r)
     assert r.time >= fastest.time
     assert r.n_nodes_explored == 1 and r.n_oracle_calls >= 1
-    with pytest.raises(InvalidInputError, match="too wide"):
+    with pytest.raises(InvalidInputError, match="dense .* too wide"):
         min_time_under_peak(cg, usage, 0.8 * top, max_entries=100)
+
+
+def test_too_wide_for_elimination():
+    # a 4-clique of 10-config nodes: 600 edge entries, but a 10**4-entry elimination table
+    rng = np.random.default_rng(0)
+    nodes = [np.stack([np.zeros(10), rng.integers(1, 9, 10) * 1.0], axis=1) for _ in range(4)]
+    edges = [(a, b, np.zeros((10, 10, 2))) for a in range(4) for b in range(a + 1, 4)]
+    cg = CostGraph(nodes, edges)
+    usage = IntervalUsage([0] * 4, [1] * 4, [np.arange(10.0)] * 4)
+    with pytest.raises(InvalidInputError, match=r"eliminating node \d+ needs a table .* too wide"):
+        min_time_under_peak(cg, usage, 10.0, max_entries=1000, max_enumerate=1)
+    r = min_time_under_peak(cg, usage, 10.0)
+    bf = brute_force_peak_frontier(cg, usage)
+    assert r.optimal and r.peak <= 10.0 and r.time == bf.time[bf.peak <= 10.0].min()
 
 
 def test_no_live_node_and_no_limit():

@@ -550,6 +550,13 @@ class _Search:
         # fastest-option time of every edge as a dense (K_u, K_v) table, seen from each end
         self.incident = [[] for _ in range(self.n)]
         t_cap = sum(float(t[np.isfinite(t)].max()) for t in self.t_node)
+        K = cg.n_configs
+        dense = sum(K[u] * K[v] for u, v, _ in cg.edges)
+        if dense > max_entries:
+            raise InvalidInputError(
+                f"the edges' dense (K_u, K_v) time tables would hold {dense} entries, more than "
+                f"max_entries={max_entries} allows (the graph is too wide for exact elimination)"
+            )
         tables = []
         for u, v, smap, dmap, tab in cg._norm:
             T = tab[..., 1].min(axis=2)[np.ix_(smap, dmap)]
