@@ -687,6 +687,52 @@ class _Search:
             if not moved:
                 break
 
+    def swap(self, x, loads, allowed):
+        """Pair moves: node i takes a faster config that the limit blocks, and a node j live at
+        every step it would overflow gives up enough usage, when the two together cut time."""
+        moved = False
+        for i in range(self.n):
+            a, b = self.lo[i], self.hi[i]
+            if a == b:
+                continue
+            vec = self.local_times(i, x)
+            cur = x[i]
+            ok = allowed[i] & (vec < vec[cur] - 1e-12 * abs(vec[cur]))
+            if not ok.any():
+                continue
+            k = int(np.argmin(np.where(ok, vec, np.inf)))
+            over = loads[a:b] + (self.u[i][k] - self.u[i][cur]) - self.limit
+            tight = np.flatnonzero(over > 0) + a
+            if tight.size == 0:  # it fits after all (improve stopped after its last pass)
+                loads[a:b] += self.u[i][k] - self.u[i][cur]
+                x[i] = k
+                moved = True
+                continue
+            need = float(over.max())
+            cover = np.flatnonzero((self.lo <= tight[0]) & (self.hi > tight[-1]))
+            x[i] = k
+            best = None
+            for j in cover.tolist():
+                if j == i:
+                    continue
+                vj = self.local_times(j, x)
+                fits = allowed[j] & np.isfinite(vj) & (self.u[j][x[j]] - self.u[j] >= need)
+                if not fits.any():
+                    continue
+                m = int(np.argmin(np.where(fits, vj, np.inf)))
+                net = vec[k] - vec[cur] + vj[m] - vj[x[j]]
+                if net < -1e-12 * abs(vec[cur]) and (best is None or net < best[0]):
+                    best = (net, j, m)
+            if best is None:
+                x[i] = cur
+                continue
+            _, j, m = best
+            loads[a:b] += self.u[i][k] - self.u[i][cur]
+            loads[self.lo[j]: self.hi[j]] -= self.u[j][x[j]] - self.u[j][m]
+            x[j] = m
+            moved = True
+        return moved
+
     def primal(self, x, loads, allowed):
         x, loads = x.copy(), loads.copy()
         if self.S and loads.max() > self.limit:
@@ -695,6 +741,17 @@ class _Search:
                 return
             x, loads = fixed
         self.improve(x, loads, allowed)
+        self.offer(x)
+
+    def polish(self, allowed):
+        """Pair and single moves on the incumbent until neither helps (too slow for every
+        Lagrangian solution, so it runs once per branch-and-bound node)."""
+        if self.best_x is None:
+            return
+        x = self.best_x.copy()
+        loads = self.usage.loads(x[None, :])[0]
+        while self.swap(x, loads, allowed):
+            self.improve(x, loads, allowed)
         self.offer(x)
 
     # -- dual side --------------------------------------------------------------------
@@ -817,6 +874,7 @@ class _Search:
                 closed = min(closed, self.enumerate_all(allowed))
                 continue
             g, lam2, x = self.dual(allowed, lam)
+            self.polish(root)
             if x is None:
                 continue
             if g >= self.cutoff():
