@@ -25,7 +25,8 @@ between subproblems); the dual value is a lower bound on the optimum,
 raised by projected subgradient ascent (Polyak steps). Every Lagrangian solution is turned
 into a feasible strategy by a repair step (cut the usage of nodes live at the most violated
 step, cheapest time increase per byte first) and improved by local search (single-node
-moves that cut time and keep the peak under the limit). Branch and bound over node configs
+moves that cut time and keep the peak under the limit; on the incumbent, also pair moves
+where a second node frees the usage a faster config needs). Branch and bound over node configs
 (best bound first, a node budget) makes it exact on small graphs; subproblems with few
 strategies are enumerated. :func:`peak_frontier` repeats it with limits just below the
 last peak found (the epsilon-constraint method).
