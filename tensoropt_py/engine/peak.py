@@ -164,6 +164,7 @@ class IntervalUsage:
 
     @property
     def n_nodes(self):
+        """Number of nodes (one interval and one usage vector each)."""
         return int(self.start.shape[0])
 
     @property
