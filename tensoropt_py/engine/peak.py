@@ -52,12 +52,13 @@ __all__ = [
     "brute_force_peak_frontier",
     "min_time_under_peak",
     "peak_frontier",
+    "MAX_PLAN_ENTRIES",
 ]
 
 _ENUMERATE_ENTRIES = 1 << 22
 """Most (strategy, node) entries an enumerated subproblem may hold at once."""
 MAX_PLAN_ENTRIES = 1 << 25
-"""Default limit on the table entries the exact Lagrangian solver stores (about 400 MB)."""
+"""Default limit on the table entries the exact Lagrangian solver stores (2**25, 256 MiB of float64)."""
 
 
 def _int_array(x, name):
@@ -428,7 +429,6 @@ def _range_max(values, lo, hi):
         a, b = lo[m], hi[m] - (1 << j)
         out[m] = np.maximum(table[j][a], table[j][b])
     return out
-
 
 
 class _MinSumPlan:
