@@ -13,11 +13,17 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   ``threads=1, 2, ...`` (``--threads``), epsilon 1e-3;
 * ``cyclic``: random cyclic graphs with 1e18 sentinels: exact ``track`` (both methods)
   vs brute force (count of identical frontiers) and ``min_sum`` vs brute force;
+* ``interval_peak``: memory as a peak over live intervals (IOPDDL-style), on random cyclic
+  graphs with 1e18 sentinels: (a) small graphs, ``peak_frontier`` and
+  ``min_time_under_peak`` (at the midpoints between frontier peaks) vs brute force (count of
+  identical results); (b) 200 to 1000 nodes, 4 configs, sparse local cycles, at three peak
+  limits between the least possible and the fastest strategy's peak: root Lagrangian solve
+  (``max_nodes=1``) time vs its lower bound (gap %), seconds;
 * ``llama``: a Llama-3-8B-shaped model (32 layers, hidden 4096, GQA 32/8, FFN 14336,
   vocab 128256, batch 32 x 2048) imported from Hugging Face on the meta device, tracked
   on 32 devices of ``h100-4x8`` and 64 of ``h100-8x8`` with ``max_memory=--max-memory``.
 
-Usage: python benchmarks/bench_scale.py [--cases transformer16_track fastest threads cyclic llama]
+Usage: python benchmarks/bench_scale.py [--cases transformer16_track fastest threads cyclic interval_peak llama]
        [--timeout 600] [--threads 1 2] [--thread-devices 8] [--max-memory 4e9]
 """
 
@@ -97,6 +103,47 @@ for seed in range(200):
 out(case="cyclic", graphs=n, infeasible=infeasible, same_ldp=same["ldp"], same_elimination=same["elimination"],
     min_sum_ok=ms_ok, brute_s=tb, track_s=tt)
 """,
+    "interval_peak": r"""
+from tensoropt_py.engine import brute_force_peak_frontier, evaluate_peak, min_time_under_peak, peak_frontier
+from tensoropt_py.engine.random_graphs import random_cyclic_graph, random_interval_usage, random_sparse_cyclic_graph
+from tensoropt_py.errors import InfeasibleError
+n = same_fr = exact_fr = solves = same_min = 0; tb = tf = tm = 0.0
+for seed in range(60):
+    cg = random_cyclic_graph(n_nodes=7, max_k=3, edge_prob=0.4, forbidden_prob=0.08, max_options=1 + seed % 2, seed=seed)
+    if cg.n_strategies() > 300_000:
+        continue
+    usage = random_interval_usage(cg, max_span=5, empty_prob=0.1, seed=seed)
+    t0 = time.perf_counter(); bf = brute_force_peak_frontier(cg, usage); tb += time.perf_counter() - t0
+    if len(bf) == 0:
+        continue
+    n += 1
+    t0 = time.perf_counter(); fr = peak_frontier(cg, usage, max_enumerate=1, iterations=20); tf += time.perf_counter() - t0
+    same_fr += int(np.array_equal(fr.peak, bf.peak) and np.array_equal(fr.time, bf.time)); exact_fr += int(fr.exact)
+    for a, b in zip(bf.peak[:-1], bf.peak[1:]):
+        lim = (a + b) / 2
+        t0 = time.perf_counter(); r = min_time_under_peak(cg, usage, lim, max_enumerate=1, iterations=20); tm += time.perf_counter() - t0
+        solves += 1; same_min += int(r.optimal and r.time == bf.time[bf.peak <= lim].min())
+out(case="interval_peak_small", graphs=n, frontier_same=same_fr, frontier_exact=exact_fr, limits=solves,
+    min_time_same=same_min, brute_s=tb, frontier_s=tf, min_time_s=tm)
+for nodes in (200, 500, 1000):
+    cg = random_sparse_cyclic_graph(nodes, 4, forbidden_prob=0.05, seed=nodes)
+    usage = random_interval_usage(cg, max_span=20, seed=nodes)
+    fast = min_sum(cg, 0.0)
+    top = float(evaluate_peak(cg, usage, fast.choices)[0][0])
+    least = [int(np.argmin(np.where(np.isfinite(c[:, 1]), u, np.inf))) for c, u in zip(cg.node_costs, usage.usage)]
+    low = float(usage.loads(np.array([least])).max())
+    for frac in (0.25, 0.5, 0.75):
+        lim = low + frac * (top - low)
+        t0 = time.perf_counter()
+        try:
+            r = min_time_under_peak(cg, usage, lim, max_nodes=1, iterations=100)
+        except InfeasibleError as exc:
+            out(case="interval_peak_large", nodes=nodes, frac=frac, error=str(exc)[:200], seconds=time.perf_counter() - t0)
+            continue
+        out(case="interval_peak_large", nodes=nodes, edges=cg.n_edges, kept_steps=usage.n_steps, frac=frac,
+            fastest_time=fast.time, time=r.time, lower_bound=r.lower_bound, gap_pct=100 * r.gap,
+            peak_over_limit=r.peak / lim, oracle_calls=r.n_oracle_calls, seconds=time.perf_counter() - t0)
+""",
     "llama": r"""
 import torch, transformers
 from tensoropt_py.graph import from_torch
@@ -142,7 +189,7 @@ def run(code, timeout):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", nargs="+", default=["transformer16_track", "fastest", "threads", "cyclic"],
+    ap.add_argument("--cases", nargs="+", default=["transformer16_track", "fastest", "threads", "cyclic", "interval_peak"],
                     choices=list(CASES))
     ap.add_argument("--timeout", type=float, default=600.0)
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
