@@ -426,3 +426,23 @@ def test_partial_to_replicated_on_2x4_is_the_derived_optimum(preset):
         assert [s.kind for s in p.steps] == ["reduce_scatter", "all_reduce", "all_gather"]
         assert p.time < cm.collective_time("all_reduce", math.prod(shape) * 4, (tuple(range(8)),))
     assert p.time == pytest.approx(_min_time_brute(rs, shape, src)[dst], rel=1e-12)
+
+
+@pytest.mark.parametrize("preset", ["h100-4x8", "v100-2x8"])
+def test_shard_to_replicated_on_8_is_the_derived_optimum(preset):
+    """S0 -> R on a 1-D mesh of 8 (one machine), derived from the model.
+
+    Every way to gather sends the same ``7/8`` of the tensor per device; they differ in
+    launches ``L`` and ring steps ``a``: one all-gather over 8 costs ``L + 7 a``, a chain
+    over 2 and 4 devices (either order) ``2 L + 4 a``, three over 2 devices ``3 L + 3 a``.
+    The cheapest of the three decides how many collectives the path has.
+    """
+    cl = Cluster.preset(preset)
+    rs = Rescheduler(CommModel(cl))
+    launch, a = cl.device.kernel_overhead, cl.intra_link.latency
+    options = {1: launch + 7 * a, 2: 2 * launch + 4 * a, 3: 3 * launch + 3 * a}
+    want = min(options, key=options.get)
+    shape = (1024, 1024)
+    p = rs.path(shape, "float32", Layout((2, 2, 2), (0, 0, 0)), Layout((2, 2, 2), (REPLICATE,) * 3))
+    assert [s.kind for s in p.steps] == ["all_gather"] * want
+    assert _chain(p) == (7 * 1024 * 1024 * 4 // 8, want)
