@@ -19,11 +19,15 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   identical results); (b) 200 to 1000 nodes, 4 configs, sparse local cycles, at three peak
   limits between the least possible and the fastest strategy's peak: root Lagrangian solve
   (``max_nodes=1``) time vs its lower bound (gap %), seconds;
+* ``candidates``: ``track(candidates=r)`` (restricted to promising configs, see
+  :mod:`tensoropt_py.engine.screen`) vs the default and the exact frontier on Transformers
+  with many configs per operator (``--candidate-graphs``, e.g. one layer on 16 devices):
+  seconds, and the time lost at equal memory against the exact frontier;
 * ``llama``: a Llama-3-8B-shaped model (32 layers, hidden 4096, GQA 32/8, FFN 14336,
   vocab 128256, batch 32 x 2048) imported from Hugging Face on the meta device, tracked
   on 32 devices of ``h100-4x8`` and 64 of ``h100-8x8`` with ``max_memory=--max-memory``.
 
-Usage: python benchmarks/bench_scale.py [--cases transformer16_track fastest threads cyclic interval_peak llama]
+Usage: python benchmarks/bench_scale.py [--cases transformer16_track fastest threads cyclic interval_peak candidates llama]
        [--timeout 600] [--threads 1 2] [--thread-devices 8] [--max-memory 4e9]
 """
 
@@ -144,6 +148,27 @@ for nodes in (200, 500, 1000):
             fastest_time=fast.time, time=r.time, lower_bound=r.lower_bound, gap_pct=100 * r.gap,
             peak_over_limit=r.peak / lim, oracle_calls=r.n_oracle_calls, seconds=time.perf_counter() - t0)
 """,
+    "candidates": r"""
+def gaps(fr, ref):
+    # time lost at equal memory for every point of ref, and worst gap of min(time + lam * memory)
+    g = np.array([fr.time[fr.memory <= m * (1 + 1e-12)].min() / t - 1 for m, t in zip(ref.memory, ref.time)])
+    lg = max((fr.time + l * fr.memory).min() / (ref.time + l * ref.memory).min() - 1 for l in np.geomspace(1e-13, 1e-8, 30))
+    return dict(worst_gap_pct=100 * float(g.max()), median_gap_pct=100 * float(np.median(g)),
+                matched=float(np.mean(g <= 1e-12)), worst_lam_gap_pct=100 * float(lg))
+for layers, devices in {candidate_graphs}:
+    cg = build_cost_graph(zoo.transformer(layers=layers), to.Cluster.preset("v100-2x8"), devices).cost_graph
+    t0 = time.perf_counter(); ref = track(cg, exact=True, threads=1); s_ref = time.perf_counter() - t0
+    t0 = time.perf_counter(); dflt = track(cg, threads=1); s_dflt = time.perf_counter() - t0
+    out(case="candidates", layers=layers, devices=devices, run="exact", seconds=s_ref, points=len(ref))
+    out(case="candidates", layers=layers, devices=devices, run="default", seconds=s_dflt, points=len(dflt),
+        heuristic=dflt.n_heuristic, **gaps(dflt, ref))
+    for r in (1, 2, 4):
+        t0 = time.perf_counter(); fr = track(cg, threads=1, candidates=r); s = time.perf_counter() - t0
+        st = fr.stats
+        out(case="candidates", layers=layers, devices=devices, run=f"candidates={{r}}", seconds=s, points=len(fr),
+            configs=st["candidate_configs"], of=int(sum(cg.n_configs)), rounds=st["candidate_rounds"],
+            unproven=st["unproven_configs"], **gaps(fr, ref))
+""",
     "llama": r"""
 import torch, transformers
 from tensoropt_py.graph import from_torch
@@ -196,11 +221,14 @@ def main(argv=None):
     ap.add_argument("--track-threads", type=int, default=None, help="threads of the transformer16_track case")
     ap.add_argument("--thread-devices", type=int, default=8)
     ap.add_argument("--max-memory", type=float, default=4e9)
+    ap.add_argument("--candidate-graphs", default="1x16",
+                    help="LAYERSxDEVICES of the Transformers of the candidates case, comma-separated")
     args = ap.parse_args(argv)
     for case in args.cases:
         code = _PRE.format(root=ROOT) + CASES[case].format(
             threads=args.track_threads, threads_list=list(args.threads), devices=args.thread_devices,
-            max_memory=int(args.max_memory))
+            max_memory=int(args.max_memory),
+            candidate_graphs=[tuple(map(int, x.split("x"))) for x in args.candidate_graphs.split(",")])
         print(f"# {case}", flush=True)
         run(code, args.timeout)
 
