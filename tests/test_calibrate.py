@@ -274,6 +274,33 @@ def test_compute_model_load_errors(tmp_path):
     assert ComputeModel(cl, table=ComputeTable({"a": 1.0})).time(5, 5, key="a") == 1.0
 
 
+def test_call_floor_of_cuda_tables_is_not_charged(tmp_path):
+    from tensoropt_py.cluster import write_calibration
+    from tensoropt_py.cost.compute import call_floor
+
+    floor, upd = 1e-4, "optimizer_update|adam|[4]|float32"
+    entries = {"reshape|a": 0.9e-4, "linear|b": floor + 3e-3, upd: 2e-4}
+    cl = Cluster.preset("h100-4x8")
+    # recorded floor: entries above it are charged their excess, below it nothing; updates as measured
+    path = write_calibration(tmp_path / "gpu.json", compute=ComputeTable(
+        entries, {"torch_device": "cuda", "call_floor": floor}))
+    m = ComputeModel(cl.with_calibration(path))
+    assert m.floor == floor
+    assert m.time(0, 0, key="linear|b") == pytest.approx(3e-3, rel=1e-12)
+    assert m.time(0, 0, key="reshape|a") == 0.0
+    assert m.time(0, 0, key=upd) == 2e-4
+    # a table written before the floor was recorded: its fastest operator entry bounds it
+    old = ComputeTable(entries, {"torch_device": "cuda:0"})
+    assert call_floor(old) == 0.9e-4
+    assert ComputeModel(cl, table=old).time(0, 0, key="linear|b") == pytest.approx(floor + 3e-3 - 0.9e-4, rel=1e-12)
+    # CPU tables: the host is the device, entries are what a step pays
+    cpu = ComputeTable(entries, {"torch_device": "cpu", "call_floor": floor})
+    assert call_floor(cpu) == 0.0 and ComputeModel(cl, table=cpu).time(0, 0, key="reshape|a") == 0.9e-4
+    for bad in (-1.0, "x", float("nan")):
+        with pytest.raises(CalibrationError, match="call_floor"):
+            call_floor(ComputeTable(entries, {"torch_device": "cuda", "call_floor": bad}))
+
+
 # -- model compute tables (torch at shard shapes) ---------------------------------------------
 
 
@@ -356,6 +383,8 @@ def test_calibrate_model_compute_feeds_cost_graph(tmp_path):
     assert {k for k, _ in table.items()} == set(entries) | set(updates) and len(entries) > 0
     assert all(k.startswith("optimizer_update|adam|") for k in updates) and len(updates) > 0
     assert all(math.isfinite(t) and t > 0 for _, t in table.items())
+    # the empty call is timed too; on a CPU it is work the step pays, so entries stay as measured
+    assert 0 < table.meta["call_floor"] < max(t for _, t in table.items())
 
     base = build_cost_graph(g, cl, 4)
     cal = Cluster.preset("cpu-1x4").with_calibration(out)

@@ -220,6 +220,25 @@ def _operator_runner(op, cfg, graph, dtype, device):
     return once
 
 
+def _empty_call(device):
+    """A no-argument callable doing what an operator entry's call does around no device work.
+
+    A view forward and its backward through autograd, like a reshape entry: what remains is host
+    dispatch (and, with ``sync``, the wait for the device), the floor every entry timed alone
+    carries (see :mod:`tensoropt_py.cost.compute`, "the call floor").
+    """
+    import torch
+
+    leaf = torch.zeros(1, device=device, requires_grad=True)
+
+    def once():
+        y = leaf.view(-1)
+        torch.autograd.backward([y], [torch.ones_like(y)])
+        leaf.grad = None
+
+    return once
+
+
 def calibrate_model_compute(graph, cluster, devices, *, repeats: int = 5, warmup: int = 2, out=None,
                             max_entries: int | None = None, dtype=None, mixed_precision: bool = False,
                             device=None, verbose: bool = False, comm=None, optimizer: str = "adam") -> ComputeTable:
@@ -260,7 +279,9 @@ def calibrate_model_compute(graph, cluster, devices, *, repeats: int = 5, warmup
     -------
     ComputeTable
         ``meta`` records ``entries`` (measured), ``skipped`` (count), ``skipped_keys``
-        (key -> reason, at most 20), ``model``, ``devices``, ``torch_device``.
+        (key -> reason, at most 20), ``model``, ``devices``, ``torch_device`` and
+        ``call_floor``: the seconds of a call with no device work timed the same way (the cost
+        model subtracts it from entries measured on CUDA, see :mod:`tensoropt_py.cost.compute`).
     """
     import torch
 
@@ -297,7 +318,11 @@ def calibrate_model_compute(graph, cluster, devices, *, repeats: int = 5, warmup
         runners += [(key, _constant(t)) for key, t in shares.items()]
     else:  # on CPU torch runs the single-tensor implementation: one update per parameter
         runners += [(key, _update_runner(optimizer, shape, dt, device)) for key, (shape, dt) in updates]
+    # timed the way the entries are (same loop, sync and concurrent ranks), so it is their floor
+    floor = calibrate_compute({"empty": _empty_call(device)}, repeats=repeats, warmup=warmup, sync=sync,
+                              comm=comm).get("empty")
     meta = {"model": g.name, "devices": int(devices), "cluster": cluster.name, "torch_device": str(device),
+            "call_floor": floor,
             "optimizer": optimizer, "optimizer_timing": "multi_tensor" if multi else "per_tensor",
             "torch": torch.__version__, "entries": len(runners), "skipped": len(skipped),
             "skipped_keys": dict(list(skipped.items())[:20])}
