@@ -120,17 +120,22 @@ def test_mpiexec_calibration_feeds_comm_model(tmp_path):
     cl = Cluster.preset("cpu-1x4").with_calibration(out)
     cm = CommModel(cl)
     pair = ((0, 1),)
+    wait, stretch = comm.sync_for((2, 2, 1))
     for kind in COLLECTIVES:
         assert cm.source(kind, pair) == "calibrated"
         measured = np.maximum.accumulate(comm.get(kind, (2, 2, 1))[1])
         for i in (0, 5, 10):
-            assert cm.collective_time(kind, 2**i, pair) == pytest.approx(measured[i], rel=1e-12)
+            assert cm.collective_time(kind, 2**i, pair) == pytest.approx(stretch * measured[i] + wait, rel=1e-12)
         t = cm.collective_time(kind, 3000, pair)
         assert math.isfinite(t) and t > 0
         # partitionings the run could not measure still use the model
         assert cm.source(kind, ((0, 1), (2, 3))) == "model"
     # a size-1 group stays free even though the file measured it
     assert cm.collective_time("all_reduce", 1024, ((0,), (1,))) == 0.0
+    # the synchronisation terms of the one partitioning with a pair, and nothing for single devices
+    assert set(comm.sync) == {(2, 2, 1)}
+    wait, stretch = comm.sync_for((2, 2, 1))
+    assert 0 <= wait < 1 and 1 <= stretch < 100
 
 
 @needs_mpi
@@ -160,6 +165,26 @@ def test_nccl_calibration_on_gpu(tmp_path):
     comm, _ = load_calibration(out)
     assert comm.meta["backend"] == "nccl"
     assert comm.get("all_reduce", (1, 1, 1)) is not None
+
+
+@needs_mpi
+@pytest.mark.mpi
+def test_synchronisation_calibration_on_one_rank_has_no_pairs(tmp_path):
+    out = tmp_path / "one.json"
+    res = _run_calibration(1, out, "--max-log2", "4", "--repeats", "1", "--collectives", "all_reduce")
+    assert res.returncode == 0, res.stdout + res.stderr
+    comm, _ = load_calibration(out)
+    assert comm.sync == {} and comm.get("all_reduce", (1, 1, 1)) is not None
+
+
+def test_calibrate_sync_validates_before_communicating():
+    from tensoropt_py.calibrate import calibrate_sync
+
+    for kwargs, what in (({"iterations": 0}, "repeats"), ({"work_seconds": (2e-3, 1e-3)}, "work_seconds"),
+                         ({"work_seconds": (0.0, 1e-3)}, "work_seconds"), ({"work_seconds": 1e-3}, "work_seconds"),
+                         ({"large_log2": 40}, "large_log2"), ({"large_log2": True}, "large_log2")):
+        with pytest.raises(InvalidInputError, match=what):
+            calibrate_sync(None, None, **kwargs)
 
 
 def test_cli_rejects_bad_size_range():

@@ -30,7 +30,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--min-log2", type=int, default=0, help="smallest size 2^i bytes (default 0)")
     p.add_argument("--max-log2", type=int, default=DEFAULT_MAX_LOG2,
                    help=f"largest size 2^i bytes (default {DEFAULT_MAX_LOG2}; the paper's P)")
-    p.add_argument("--repeats", type=int, default=5, help="timed runs per point, median taken (default 5)")
+    p.add_argument("--repeats", type=int, default=5, help="timed runs per point, their mean taken (default 5)")
     p.add_argument("--warmup", type=int, default=2, help="untimed runs per point (default 2)")
     p.add_argument("--backend", choices=("auto", "mpi", "nccl"), default="auto",
                    help="mpi: CPU numpy buffers; nccl: torch.distributed on CUDA; auto: nccl if usable (default)")
