@@ -28,7 +28,7 @@ DEFAULT_MAX_LOG2 = 22
 #: Range of the work each rank does before a collective in :func:`calibrate_sync` (seconds on an
 #: idle core): from well below to above a scheduler time slice, as the operators between two
 #: collectives of a training step.
-SYNC_WORK_SECONDS = (0.25e-3, 8e-3)
+SYNC_WORK_SECONDS = (1e-3, 16e-3)
 
 
 def _mpi():
@@ -139,11 +139,17 @@ def calibrate_sync(backend, world, *, iterations: int = 40, repeats: int = 5,
     if isinstance(large_log2, bool) or not isinstance(large_log2, int) or not 4 <= large_log2 <= 30:
         raise InvalidInputError(f"large_log2 must be an int in 4..30, got {large_log2!r}")
     MPI = _mpi()
-    a = torch.full((64, 64), 0.5)
-    probe = 200
+    # work like a step's operators: a product whose output is a fresh tensor of 0.5 MB, so that
+    # memory traffic and allocation compete with the transfers as in training
+    a, b = torch.full((256, 256), 0.5), torch.full((256, 512), 0.5)
+
+    def unit():
+        torch.mm(a, b).relu_()
+
+    probe = 20
     t0 = time.perf_counter()
     for _ in range(probe):
-        torch.mm(a, a)
+        unit()
     per_call = max(world.allgather((time.perf_counter() - t0) / probe))  # every rank does the same work
     lengths = None
     if world.rank == 0:
@@ -175,7 +181,7 @@ def calibrate_sync(backend, world, *, iterations: int = 40, repeats: int = 5,
             t0 = time.perf_counter()
             for k in lengths:
                 for _ in range(k):
-                    torch.mm(a, a)
+                    unit()
                 if x is not None:
                     backend.all_reduce(x, groups)
             backend.synchronize()
