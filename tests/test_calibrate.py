@@ -177,12 +177,25 @@ def test_synchronisation_calibration_on_one_rank_has_no_pairs(tmp_path):
     assert comm.sync == {} and comm.get("all_reduce", (1, 1, 1)) is not None
 
 
+@needs_mpi
+@pytest.mark.mpi
+def test_synchronisation_with_the_models_operators_as_work(tmp_path):
+    out = tmp_path / "model.json"
+    res = _run_calibration(2, out, "--model", "mlp", "--devices", "2", "--cluster", "cpu-1x4", "--max-log2", "4",
+                           "--repeats", "1", "--warmup", "0", "--max-entries", "3", "--collectives", "all_reduce")
+    assert res.returncode == 0, res.stdout + res.stderr
+    comm, compute = load_calibration(out)
+    assert comm.meta["sync_work"] == "model operators" and set(comm.sync) == {(2, 2, 1)}
+    assert compute.meta["concurrent_ranks"] == 2 and len(compute) == 3
+
+
 def test_calibrate_sync_validates_before_communicating():
     from tensoropt_py.calibrate import calibrate_sync
 
     for kwargs, what in (({"iterations": 0}, "repeats"), ({"work_seconds": (2e-3, 1e-3)}, "work_seconds"),
                          ({"work_seconds": (0.0, 1e-3)}, "work_seconds"), ({"work_seconds": 1e-3}, "work_seconds"),
-                         ({"large_log2": 40}, "large_log2"), ({"large_log2": True}, "large_log2")):
+                         ({"large_log2": 40}, "large_log2"), ({"large_log2": True}, "large_log2"),
+                         ({"work": []}, "work"), ({"work": [1]}, "work")):
         with pytest.raises(InvalidInputError, match=what):
             calibrate_sync(None, None, **kwargs)
 

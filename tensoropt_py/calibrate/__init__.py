@@ -15,8 +15,9 @@ paper requires) at sizes 2^i bytes, i in ``sizes_log2``. Each point is the mean 
 world barrier. ``nbytes`` means what it means in :mod:`tensoropt_py.cost.comm` (the full logical
 tensor of a group); sizes smaller than one element per rank are rounded up to one element. Then
 :func:`calibrate_sync` measures, per partitioning, what a collective costs beyond its table
-when it follows each rank's own work as in a training step (the wait for the slowest member);
-the cost model adds it to every collective call.
+when it follows each rank's own work as in a training step (the wait for the slowest member, and
+the stretch of transfers by members descheduled mid-way), with the model's operators as that work
+when ``--model`` is given; the cost model applies it to every collective call.
 
 Backends: every collective runs through the executor's own backend
 (:func:`tensoropt_py.exec.backend.make_backend`), so the table holds the per-call work the
@@ -54,7 +55,8 @@ files it writes (:func:`tensoropt_py.cluster.load_calibration`).
 """
 
 from .collectives import DEFAULT_MAX_LOG2, calibrate_comm, calibrate_sync
-from .operators import calibrate_compute, calibrate_model_compute, model_compute_entries, model_update_entries
+from .operators import (calibrate_compute, calibrate_model_compute, model_compute_entries, model_operator_runners,
+                        model_update_entries)
 from .timing import buffer_elements, color_of, machine_ids, measure, partition_plans
 
 __all__ = [
@@ -64,6 +66,7 @@ __all__ = [
     "calibrate_compute",
     "calibrate_model_compute",
     "model_compute_entries",
+    "model_operator_runners",
     "model_update_entries",
     "partition_plans",
     "color_of",

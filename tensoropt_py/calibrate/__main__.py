@@ -14,7 +14,7 @@ from ..errors import InvalidInputError
 from ..exec.launcher import is_rank0, mpi_world
 from ..inputs import load_cluster
 from .collectives import DEFAULT_MAX_LOG2, _mpi, calibrate_comm
-from .operators import calibrate_model_compute
+from .operators import calibrate_model_compute, model_operator_runners
 from ..cluster import COLLECTIVES
 
 __all__ = ["main"]
@@ -75,7 +75,13 @@ def main(argv=None) -> int:
     if args.model is not None and args.devices is None:
         raise InvalidInputError("--model needs --devices N")
     if not args.no_comm:
-        _main_comm(args)
+        sync_work = None
+        if args.model is not None:  # the model's operators are the work between collectives that ranks drift over
+            cl = load_cluster(args.cluster) if args.cluster else _default_cluster(args.devices)
+            _, runners, _ = model_operator_runners(args.model, cl, args.devices, device=_torch_device(args.backend),
+                                                   max_entries=args.max_entries)
+            sync_work = [fn for _, fn in runners] or None
+        _main_comm(args, sync_work)
     if args.model is not None:
         verbose = not args.quiet and is_rank0()
         comm = mpi_world()  # several ranks: all of them compute at once, as in training
@@ -92,7 +98,15 @@ def main(argv=None) -> int:
 
 
 
-def _main_comm(args):
+def _torch_device(backend):
+    """The device the collectives' backend uses, where the model's operators run too."""
+    import torch
+
+    cuda = backend == "nccl" or (backend == "auto" and torch.cuda.is_available())
+    return "cuda" if cuda else "cpu"
+
+
+def _main_comm(args, sync_work=None):
     collectives = tuple(c.strip() for c in args.collectives.split(",") if c.strip())
     MPI = _mpi()
     world = MPI.COMM_WORLD
@@ -109,6 +123,7 @@ def _main_comm(args):
         comm=world,
         out=args.out,
         verbose=verbose,
+        sync_work=sync_work,
     )
     if verbose:
         m = table.meta

@@ -74,9 +74,41 @@ def collective_call(backend, kind: str, nbytes: int, groups):
     return run
 
 
+def _synthetic_rounds(world, lo, hi, iterations, seed) -> list:
+    """``iterations`` callables of log-uniform length in ``[lo, hi]`` seconds, the same on every rank."""
+    import torch
+
+    from .._random import as_generator
+
+    # work like a step's operators: a product whose output is a fresh tensor of 0.5 MB, so that
+    # memory traffic and allocation compete with the transfers as in training
+    a, b = torch.full((256, 256), 0.5), torch.full((256, 512), 0.5)
+
+    def unit():
+        torch.mm(a, b).relu_()
+
+    probe = 20
+    t0 = time.perf_counter()
+    for _ in range(probe):
+        unit()
+    per_call = max(world.allgather((time.perf_counter() - t0) / probe))  # every rank does the same work
+    lengths = None
+    if world.rank == 0:
+        draws = np.exp(as_generator(seed).uniform(np.log(lo), np.log(hi), size=iterations))
+        lengths = [max(1, round(float(w) / per_call)) for w in draws]
+
+    def repeated(k):
+        def run():
+            for _ in range(k):
+                unit()
+        return run
+
+    return [repeated(k) for k in world.bcast(lengths, root=0)]
+
+
 def calibrate_sync(backend, world, *, iterations: int = 40, repeats: int = 5,
                    work_seconds: tuple[float, float] = SYNC_WORK_SECONDS, large_log2: int = 20,
-                   seed=None) -> dict:
+                   work=None, seed=None) -> dict:
     """The synchronisation terms of every device partitioning: ``signature -> (wait, stretch)``.
 
     A training step reaches each collective after the rank's own work, not after a barrier as
@@ -96,9 +128,14 @@ def calibrate_sync(backend, world, *, iterations: int = 40, repeats: int = 5,
     :class:`~tensoropt_py.cost.comm.CommModel` charges ``stretch * table + wait`` per call.
     On devices that each run one process, both are about neutral (0 and 1).
 
-    The work of each round is drawn log-uniformly from ``work_seconds`` (the same sequence on
-    every rank): a training step's operators are irregular, and work of one fixed length falls
-    into step with the scheduler's time slices, which hides waits a real step meets.
+    The work of a round is the next of ``work``, the operators of the model to be run, when
+    given (how long ranks drift apart between two collectives depends on what they run: on the
+    2-core host of the README, 4 ranks, the model's own operators give waits of 2-5 ms per
+    collective, as the executor meets, where synthetic products give ~0); otherwise it is drawn
+    log-uniformly from ``work_seconds`` (the same sequence on every rank: work of one fixed
+    length falls into step with the scheduler's time slices, which hides waits). The work alone
+    is timed before and after the collective rounds, and their mean is used, so that a change
+    of the host's load during the measurement cancels to first order.
 
     Must be called by every rank of ``world``.
 
@@ -116,6 +153,10 @@ def calibrate_sync(backend, world, *, iterations: int = 40, repeats: int = 5,
         product repeated).
     large_log2 : int, default 20
         The large all-reduce is ``2**large_log2`` bytes (float32 elements), 4 <= it <= 30.
+    work : sequence of callables, optional
+        No-argument callables, the same on every rank, run one per round in order (cycling):
+        e.g. the model's operator shards (:func:`tensoropt_py.calibrate.calibrate_model_compute`'s
+        runners); ``work_seconds`` is then unused.
     seed : int, optional
         Seed of the work lengths (rank 0 draws them; None: fresh entropy).
 
@@ -125,8 +166,6 @@ def calibrate_sync(backend, world, *, iterations: int = 40, repeats: int = 5,
         ``group_signature -> (wait seconds, stretch)``, the same on every rank.
     """
     import torch
-
-    from .._random import as_generator
 
     check_counts(iterations, 0)
     check_counts(repeats, 0)
@@ -138,24 +177,13 @@ def calibrate_sync(backend, world, *, iterations: int = 40, repeats: int = 5,
         raise InvalidInputError(f"work_seconds must satisfy 0 < shortest <= longest < 1 second, got {work_seconds!r}")
     if isinstance(large_log2, bool) or not isinstance(large_log2, int) or not 4 <= large_log2 <= 30:
         raise InvalidInputError(f"large_log2 must be an int in 4..30, got {large_log2!r}")
+    if work is not None:
+        work = list(work)
+        if not work or not all(callable(f) for f in work):
+            raise InvalidInputError(f"work must be a non-empty sequence of callables, got {work!r}")
     MPI = _mpi()
-    # work like a step's operators: a product whose output is a fresh tensor of 0.5 MB, so that
-    # memory traffic and allocation compete with the transfers as in training
-    a, b = torch.full((256, 256), 0.5), torch.full((256, 512), 0.5)
-
-    def unit():
-        torch.mm(a, b).relu_()
-
-    probe = 20
-    t0 = time.perf_counter()
-    for _ in range(probe):
-        unit()
-    per_call = max(world.allgather((time.perf_counter() - t0) / probe))  # every rank does the same work
-    lengths = None
-    if world.rank == 0:
-        draws = np.exp(as_generator(seed).uniform(np.log(lo), np.log(hi), size=iterations))
-        lengths = [max(1, round(float(w) / per_call)) for w in draws]
-    lengths = world.bcast(lengths, root=0)
+    rounds = _synthetic_rounds(world, lo, hi, iterations, seed) if work is None else [
+        work[i % len(work)] for i in range(iterations)]
     small = torch.ones(1, dtype=torch.float32, device=backend.device)
     large = torch.ones(2**large_log2 // 4, dtype=torch.float32, device=backend.device)
     hosts = world.allgather(MPI.Get_processor_name())
@@ -179,17 +207,18 @@ def calibrate_sync(backend, world, *, iterations: int = 40, repeats: int = 5,
         def in_place(x, groups=groups):
             world.Barrier()
             t0 = time.perf_counter()
-            for k in lengths:
-                for _ in range(k):
-                    unit()
+            for fn in rounds:
+                fn()
                 if x is not None:
                     backend.all_reduce(x, groups)
             backend.synchronize()
             return max(world.allgather(time.perf_counter() - t0)) / iterations
 
         b_s, b_l = started(small), started(large)
-        work = in_place(None)
-        s_cost, l_cost = in_place(small) - work, in_place(large) - work
+        before = in_place(None)
+        s_loop, l_loop = in_place(small), in_place(large)
+        alone = 0.5 * (before + in_place(None))
+        s_cost, l_cost = s_loop - alone, l_loop - alone
         backend.records.clear()
         wait = max(0.0, s_cost - b_s)
         out[sig] = (wait, max(1.0, (l_cost - wait) / b_l))
@@ -206,6 +235,7 @@ def calibrate_comm(
     comm=None,
     out=None,
     verbose: bool = False,
+    sync_work=None,
 ) -> CommTable:
     """Measure collective times for every device partitioning of the MPI ranks.
 
@@ -229,6 +259,9 @@ def calibrate_comm(
         Rank 0 writes the table to this calibration file (keeping its compute section).
     verbose : bool
         Rank 0 prints progress.
+    sync_work : sequence of callables, optional
+        The work between the collectives of :func:`calibrate_sync` (its ``work``): the model's
+        operators when the calibration is for a model.
 
     Returns
     -------
@@ -279,7 +312,7 @@ def calibrate_comm(
                 if verbose and rank == 0:
                     print(f"  {kind:14s} groups of {g:3d} sig={sig}: 2^{sizes[0]} B {seconds[0] * 1e6:9.1f} us"
                           f" ... 2^{sizes[-1]} B {seconds[-1] * 1e6:9.1f} us", flush=True)
-        sync = calibrate_sync(be, world, repeats=repeats, large_log2=min(max(sizes[-1], 4), 20))
+        sync = calibrate_sync(be, world, repeats=repeats, large_log2=min(max(sizes[-1], 4), 20), work=sync_work)
         if verbose and rank == 0:
             for sig, (wait, stretch) in sorted(sync.items()):
                 print(f"  synchronisation sig={sig}: wait {wait * 1e6:9.1f} us per collective, transfers x{stretch:.2f}",
@@ -299,7 +332,7 @@ def calibrate_comm(
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
     meta = world.bcast(meta, root=0)
-    meta["sync_work_seconds"] = list(SYNC_WORK_SECONDS)
+    meta["sync_work"] = "synthetic" if sync_work is None else "model operators"
     table = CommTable(entries, meta, sync)
     if out is not None and rank == 0:
         write_calibration(out, comm=table)
