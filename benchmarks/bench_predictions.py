@@ -1,6 +1,6 @@
 """Predicted vs measured peak memory and iteration time: the ground truth in shared/, then CPU ranks.
 
-    python benchmarks/bench_predictions.py                       # ground truth + CPU at 1, 2, 4 ranks
+    python benchmarks/bench_predictions.py                       # ground truth + CPU at 1, 2, 4 ranks (~5 min)
     python benchmarks/bench_predictions.py --no-cpu              # ground truth only (seconds)
     python benchmarks/bench_predictions.py --ground-truth DIR --cpu-model MODEL --ranks 1,2,4 --json out.json
 
@@ -12,10 +12,16 @@
    the plan's cluster preset, uncalibrated and with the calibration file: peak memory
    (:mod:`tensoropt_py.cost.memory`, and where it happens), Eq. 3's additive memory, and the
    additive time. The plan file's own prediction (the version that wrote it) is printed too.
-2. **CPU** (``--ranks``, default 1, 2 and 4; ``--no-cpu`` skips it): the frontier of
-   ``--cpu-model`` on ``cpu-1x4`` at each rank count, its least-memory, turning-point and fastest
-   plans run by the executor (``mpiexec -n R``, MPI backend, ``--steps`` steps; peak memory with
-   torch's ``MemTracker`` over one more step, :func:`tensoropt_py.exec.runner.tracked_peak`).
+2. **CPU** (``--ranks``, default 1, 2 and 4; ``--no-cpu`` skips it): at each rank count R the
+   host is first calibrated ``--calibrations`` times the way the executor will run
+   (``mpiexec -n R python -m mpi4py -m tensoropt_py.calibrate --model MODEL --devices R``:
+   collective tables and synchronisation terms of the R ranks, operator shards timed with all R
+   ranks computing at once), then the frontier of ``--cpu-model`` on ``cpu-1x4`` with the first
+   calibration gives the least-memory, turning-point and fastest plans, run by the executor
+   (``mpiexec -n R``, MPI backend, ``--steps`` steps; peak memory with torch's ``MemTracker``
+   over one more step, :func:`tensoropt_py.exec.runner.tracked_peak`). Each plan is costed on
+   the uncalibrated preset and on every calibration (median and min..max: the calibration's
+   spread), beside the executor's step time and its time in collectives (waits included).
 
 Errors are ``(predicted - measured) / measured``.
 """
