@@ -5,7 +5,7 @@ share cores (more processes than cores, or other load) a member is now and then 
 the middle of a transfer and every member waits for it. A training step pays those
 interruptions in proportion to the calls it makes, and a median would keep only the runs that
 none hit (on the 2-core host of the README, an 8 MB reduce-scatter at 2 ranks: 5 ms as the
-median, 30 ms on average in the executor).
+median of a table, 30 ms in one executor step).
 """
 
 from __future__ import annotations
@@ -129,9 +129,9 @@ def calibrate_sync(backend, world, *, iterations: int = 40, repeats: int = 5,
     On devices that each run one process, both are about neutral (0 and 1).
 
     The work of a round is the next of ``work``, the operators of the model to be run, when
-    given (how long ranks drift apart between two collectives depends on what they run: on the
-    2-core host of the README, 4 ranks, the model's own operators give waits of 2-5 ms per
-    collective, as the executor meets, where synthetic products give ~0); otherwise it is drawn
+    given (how far ranks drift apart between two collectives depends on what they run, and a
+    model's operators are longer, more varied and allocate more than a synthetic product);
+    otherwise it is drawn
     log-uniformly from ``work_seconds`` (the same sequence on every rank: work of one fixed
     length falls into step with the scheduler's time slices, which hides waits). The work alone
     is timed before and after the collective rounds, and their mean is used, so that a change
