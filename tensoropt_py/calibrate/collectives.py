@@ -131,9 +131,9 @@ def calibrate_sync(backend, world, *, iterations: int = 40, repeats: int = 5,
     The work of a round is the next of ``work``, the operators of the model to be run, when
     given (how far ranks drift apart between two collectives depends on what they run, and a
     model's operators are longer, more varied and allocate more than a synthetic product);
-    otherwise it is drawn
-    log-uniformly from ``work_seconds`` (the same sequence on every rank: work of one fixed
-    length falls into step with the scheduler's time slices, which hides waits). The work alone
+    otherwise it is drawn log-uniformly from ``work_seconds`` (the same sequence on every rank:
+    work of one fixed length falls into step with the scheduler's time slices, which hides
+    waits). The work alone
     is timed before and after the collective rounds, and their mean is used, so that a change
     of the host's load during the measurement cancels to first order.
 
@@ -154,7 +154,8 @@ def calibrate_sync(backend, world, *, iterations: int = 40, repeats: int = 5,
     large_log2 : int, default 20
         The large all-reduce is ``2**large_log2`` bytes (float32 elements), 4 <= it <= 30.
     work : sequence of callables, optional
-        No-argument callables, the same on every rank, run one per round in order (cycling):
+        No-argument callables, the same on every rank, run one per round in order, spread
+        evenly over the sequence (each repeated when there are fewer than ``iterations``):
         e.g. the model's operator shards (:func:`tensoropt_py.calibrate.calibrate_model_compute`'s
         runners); ``work_seconds`` is then unused.
     seed : int, optional
@@ -183,7 +184,7 @@ def calibrate_sync(backend, world, *, iterations: int = 40, repeats: int = 5,
             raise InvalidInputError(f"work must be a non-empty sequence of callables, got {work!r}")
     MPI = _mpi()
     rounds = _synthetic_rounds(world, lo, hi, iterations, seed) if work is None else [
-        work[i % len(work)] for i in range(iterations)]
+        work[i * len(work) // iterations] for i in range(iterations)]
     small = torch.ones(1, dtype=torch.float32, device=backend.device)
     large = torch.ones(2**large_log2 // 4, dtype=torch.float32, device=backend.device)
     hosts = world.allgather(MPI.Get_processor_name())
