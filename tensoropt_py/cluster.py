@@ -310,20 +310,26 @@ class CommTable:
 
     Immutable and hashable. ``signature`` is :func:`group_signature`'s triple. Sizes are
     strictly increasing positive byte counts (TensorOpt measures at 2^i, 0 <= i <= P); times are
-    the median wall time of the slowest concurrent group.
+    the mean wall time of the slowest concurrent group, each run started right after a barrier.
+
+    ``sync`` (optional) maps a signature to ``(wait seconds, stretch)``: in a training step a
+    collective follows each rank's own work instead of a barrier, and costs ``stretch`` times its
+    table plus ``wait`` (the wait for the slowest member;
+    :func:`tensoropt_py.calibrate.calibrate_sync` measures both,
+    :class:`~tensoropt_py.cost.comm.CommModel` applies them). Unmeasured: ``(0.0, 1.0)``.
 
     Examples
     --------
-    >>> t = CommTable({("all_reduce", (2, 2, 1)): ([1, 2, 4], [1e-5, 1e-5, 1.1e-5])})
+    >>> t = CommTable({("all_reduce", (2, 2, 1)): ([1, 2, 4], [1e-5, 1e-5, 1.1e-5])}, sync={(2, 2, 1): (3e-4, 1.5)})
     >>> t.get("all_reduce", (2, 2, 1))
     ((1.0, 2.0, 4.0), (1e-05, 1e-05, 1.1e-05))
-    >>> t.get("all_gather", (2, 2, 1)) is None
-    True
+    >>> t.get("all_gather", (2, 2, 1)) is None, t.sync_for((2, 2, 1)), t.sync_for((4, 4, 1))
+    (True, (0.0003, 1.5), (0.0, 1.0))
     """
 
-    __slots__ = ("_entries", "_meta", "_hash")
+    __slots__ = ("_entries", "_meta", "_sync", "_hash")
 
-    def __init__(self, entries, meta=None):
+    def __init__(self, entries, meta=None, sync=None):
         clean = {}
         for key, value in dict(entries).items():
             try:
@@ -348,11 +354,21 @@ class CommTable:
             clean[(kind, sig)] = (sizes, seconds)
         self._entries = clean
         self._meta = _freeze_meta(meta)
+        self._sync = _clean_sync(sync)
         self._hash = None
 
     def get(self, kind, signature):
         """``(sizes, seconds)`` for ``(kind, signature)`` or None when not measured."""
         return self._entries.get((kind, tuple(signature)))
+
+    def sync_for(self, signature) -> tuple[float, float]:
+        """``(wait seconds, stretch)`` of the collectives of ``signature`` (``(0.0, 1.0)`` when not measured)."""
+        return self._sync.get(tuple(signature), (0.0, 1.0))
+
+    @property
+    def sync(self) -> dict:
+        """``signature -> (wait seconds, stretch)`` of the synchronisation terms (a copy)."""
+        return dict(self._sync)
 
     def keys(self):
         return self._entries.keys()
@@ -369,11 +385,12 @@ class CommTable:
         return {k: json.loads(v) for k, v in self._meta}
 
     def __eq__(self, other):
-        return isinstance(other, CommTable) and self._entries == other._entries and self._meta == other._meta
+        return (isinstance(other, CommTable) and self._entries == other._entries and self._meta == other._meta
+                and self._sync == other._sync)
 
     def __hash__(self):
         if self._hash is None:
-            self._hash = hash((tuple(sorted(self._entries.items())), self._meta))
+            self._hash = hash((tuple(sorted(self._entries.items())), self._meta, tuple(sorted(self._sync.items()))))
         return self._hash
 
     def __repr__(self):
@@ -385,7 +402,11 @@ class CommTable:
              "concurrent_groups": sig[2], "sizes": list(sizes), "seconds": list(seconds)}
             for (kind, sig), (sizes, seconds) in sorted(self._entries.items())
         ]
-        return {"meta": self.meta, "entries": entries}
+        out = {"meta": self.meta, "entries": entries}
+        if self._sync:
+            out["sync"] = [{"group_size": sig[0], "devices_per_machine": sig[1], "concurrent_groups": sig[2],
+                            "seconds": wait, "stretch": stretch} for sig, (wait, stretch) in sorted(self._sync.items())]
+        return out
 
     @classmethod
     def from_dict(cls, data) -> "CommTable":
@@ -394,9 +415,29 @@ class CommTable:
             for e in data["entries"]:
                 sig = (e["group_size"], e["devices_per_machine"], e["concurrent_groups"])
                 entries[(e["collective"], sig)] = (e["sizes"], e["seconds"])
-            return cls(entries, data.get("meta"))
+            sync = {(e["group_size"], e["devices_per_machine"], e["concurrent_groups"]): (e["seconds"], e.get("stretch", 1.0))
+                    for e in data.get("sync", ())}
+            return cls(entries, data.get("meta"), sync)
         except (TypeError, KeyError, AttributeError) as exc:
             raise CalibrationError(f"malformed communication table: {exc!r}") from None
+
+
+def _clean_sync(sync) -> dict:
+    """Validated ``signature -> (wait, stretch)`` of :class:`CommTable`'s synchronisation terms."""
+    clean = {}
+    for key, value in dict(sync or {}).items():
+        try:
+            sig = tuple(int(x) for x in key)
+            wait, stretch = (float(v) for v in value)
+        except (TypeError, ValueError):
+            raise CalibrationError(f"malformed synchronisation entry {key!r}: {value!r}") from None
+        if (len(sig) != 3 or min(sig) < 1 or not math.isfinite(wait) or wait < 0 or not math.isfinite(stretch)
+                or stretch < 1):
+            raise CalibrationError(
+                f"bad synchronisation entry {key!r}: {value!r} (expected a (group_size, devices_per_machine, "
+                "concurrent_groups) signature of positive ints -> (wait: finite seconds >= 0, stretch: finite >= 1))")
+        clean[sig] = (wait, stretch)
+    return clean
 
 
 class ComputeTable:
@@ -474,7 +515,8 @@ def load_calibration(path) -> tuple[CommTable | None, ComputeTable | None]:
 
     The file is JSON: ``{"format": "tensoropt_py-calibration", "version": 1, "comm": {"meta":
     {...}, "entries": [{"collective", "group_size", "devices_per_machine", "concurrent_groups",
-    "sizes" (bytes), "seconds"}, ...]}, "compute": {"meta": {...}, "entries": {key: seconds}}}``;
+    "sizes" (bytes), "seconds"}, ...], "sync" (optional): [{"group_size", "devices_per_machine",
+    "concurrent_groups", "seconds"}, ...]}, "compute": {"meta": {...}, "entries": {key: seconds}}}``;
     either section may be absent, not both.
 
     Raises

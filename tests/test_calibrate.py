@@ -120,17 +120,22 @@ def test_mpiexec_calibration_feeds_comm_model(tmp_path):
     cl = Cluster.preset("cpu-1x4").with_calibration(out)
     cm = CommModel(cl)
     pair = ((0, 1),)
+    wait, stretch = comm.sync_for((2, 2, 1))
     for kind in COLLECTIVES:
         assert cm.source(kind, pair) == "calibrated"
         measured = np.maximum.accumulate(comm.get(kind, (2, 2, 1))[1])
         for i in (0, 5, 10):
-            assert cm.collective_time(kind, 2**i, pair) == pytest.approx(measured[i], rel=1e-12)
+            assert cm.collective_time(kind, 2**i, pair) == pytest.approx(stretch * measured[i] + wait, rel=1e-12)
         t = cm.collective_time(kind, 3000, pair)
         assert math.isfinite(t) and t > 0
         # partitionings the run could not measure still use the model
         assert cm.source(kind, ((0, 1), (2, 3))) == "model"
     # a size-1 group stays free even though the file measured it
     assert cm.collective_time("all_reduce", 1024, ((0,), (1,))) == 0.0
+    # the synchronisation terms of the one partitioning with a pair, and nothing for single devices
+    assert set(comm.sync) == {(2, 2, 1)}
+    wait, stretch = comm.sync_for((2, 2, 1))
+    assert 0 <= wait < 1 and 1 <= stretch < 100
 
 
 @needs_mpi
@@ -160,6 +165,39 @@ def test_nccl_calibration_on_gpu(tmp_path):
     comm, _ = load_calibration(out)
     assert comm.meta["backend"] == "nccl"
     assert comm.get("all_reduce", (1, 1, 1)) is not None
+
+
+@needs_mpi
+@pytest.mark.mpi
+def test_synchronisation_calibration_on_one_rank_has_no_pairs(tmp_path):
+    out = tmp_path / "one.json"
+    res = _run_calibration(1, out, "--max-log2", "4", "--repeats", "1", "--collectives", "all_reduce")
+    assert res.returncode == 0, res.stdout + res.stderr
+    comm, _ = load_calibration(out)
+    assert comm.sync == {} and comm.get("all_reduce", (1, 1, 1)) is not None
+
+
+@needs_mpi
+@pytest.mark.mpi
+def test_synchronisation_with_the_models_operators_as_work(tmp_path):
+    out = tmp_path / "model.json"
+    res = _run_calibration(2, out, "--model", "mlp", "--devices", "2", "--cluster", "cpu-1x4", "--max-log2", "4",
+                           "--repeats", "1", "--warmup", "0", "--max-entries", "3", "--collectives", "all_reduce")
+    assert res.returncode == 0, res.stdout + res.stderr
+    comm, compute = load_calibration(out)
+    assert comm.meta["sync_work"] == "model operators" and set(comm.sync) == {(2, 2, 1)}
+    assert compute.meta["concurrent_ranks"] == 2 and len(compute) == 3
+
+
+def test_calibrate_sync_validates_before_communicating():
+    from tensoropt_py.calibrate import calibrate_sync
+
+    for kwargs, what in (({"iterations": 0}, "repeats"), ({"work_seconds": (2e-3, 1e-3)}, "work_seconds"),
+                         ({"work_seconds": (0.0, 1e-3)}, "work_seconds"), ({"work_seconds": 1e-3}, "work_seconds"),
+                         ({"large_log2": 40}, "large_log2"), ({"large_log2": True}, "large_log2"),
+                         ({"work": []}, "work"), ({"work": [1]}, "work")):
+        with pytest.raises(InvalidInputError, match=what):
+            calibrate_sync(None, None, **kwargs)
 
 
 def test_cli_rejects_bad_size_range():
@@ -274,6 +312,33 @@ def test_compute_model_load_errors(tmp_path):
     assert ComputeModel(cl, table=ComputeTable({"a": 1.0})).time(5, 5, key="a") == 1.0
 
 
+def test_call_floor_of_cuda_tables_is_not_charged(tmp_path):
+    from tensoropt_py.cluster import write_calibration
+    from tensoropt_py.cost.compute import call_floor
+
+    floor, upd = 1e-4, "optimizer_update|adam|[4]|float32"
+    entries = {"reshape|a": 0.9e-4, "linear|b": floor + 3e-3, upd: 2e-4}
+    cl = Cluster.preset("h100-4x8")
+    # recorded floor: entries above it are charged their excess, below it nothing; updates as measured
+    path = write_calibration(tmp_path / "gpu.json", compute=ComputeTable(
+        entries, {"torch_device": "cuda", "call_floor": floor}))
+    m = ComputeModel(cl.with_calibration(path))
+    assert m.floor == floor
+    assert m.time(0, 0, key="linear|b") == pytest.approx(3e-3, rel=1e-12)
+    assert m.time(0, 0, key="reshape|a") == 0.0
+    assert m.time(0, 0, key=upd) == 2e-4
+    # a table written before the floor was recorded: its fastest operator entry bounds it
+    old = ComputeTable(entries, {"torch_device": "cuda:0"})
+    assert call_floor(old) == 0.9e-4
+    assert ComputeModel(cl, table=old).time(0, 0, key="linear|b") == pytest.approx(floor + 3e-3 - 0.9e-4, rel=1e-12)
+    # CPU tables: the host is the device, entries are what a step pays
+    cpu = ComputeTable(entries, {"torch_device": "cpu", "call_floor": floor})
+    assert call_floor(cpu) == 0.0 and ComputeModel(cl, table=cpu).time(0, 0, key="reshape|a") == 0.9e-4
+    for bad in (-1.0, "x", float("nan")):
+        with pytest.raises(CalibrationError, match="call_floor"):
+            call_floor(ComputeTable(entries, {"torch_device": "cuda", "call_floor": bad}))
+
+
 # -- model compute tables (torch at shard shapes) ---------------------------------------------
 
 
@@ -356,6 +421,8 @@ def test_calibrate_model_compute_feeds_cost_graph(tmp_path):
     assert {k for k, _ in table.items()} == set(entries) | set(updates) and len(entries) > 0
     assert all(k.startswith("optimizer_update|adam|") for k in updates) and len(updates) > 0
     assert all(math.isfinite(t) and t > 0 for _, t in table.items())
+    # the empty call is timed too; on a CPU it is work the step pays, so entries stay as measured
+    assert 0 < table.meta["call_floor"] < max(t for _, t in table.items())
 
     base = build_cost_graph(g, cl, 4)
     cal = Cluster.preset("cpu-1x4").with_calibration(out)

@@ -99,6 +99,30 @@ def test_json_round_trip_with_tables(tmp_path):
     assert "calibrated" in str(back)
 
 
+def test_synchronisation_term_round_trip_and_errors(tmp_path):
+    comm = CommTable({("all_reduce", (2, 2, 1)): ([1, 2], [1e-5, 2e-5])}, {"backend": "mpi"},
+                     sync={(2, 2, 1): (4e-4, 1.25), (4, 4, 1): (0.0, 1.0)})
+    assert comm != CommTable({("all_reduce", (2, 2, 1)): ([1, 2], [1e-5, 2e-5])}, {"backend": "mpi"})
+    path = write_calibration(tmp_path / "cal.json", comm=comm)
+    back = Cluster.preset("cpu-1x4").with_calibration(path).comm_table
+    assert back == comm and hash(back) == hash(comm)
+    assert back.sync == {(2, 2, 1): (4e-4, 1.25), (4, 4, 1): (0.0, 1.0)} and back.sync_for((2, 2, 2)) == (0.0, 1.0)
+    assert Cluster.from_json(dataclasses.replace(Cluster.preset("cpu-1x4"), comm_table=comm).to_json()).comm_table == comm
+    # files written before the term existed load with none
+    old = CommTable.from_dict({"entries": comm.to_dict()["entries"]})
+    assert old.sync == {} and old.sync_for((2, 2, 1)) == (0.0, 1.0)
+    # a file without stretches (waits only) reads them as 1
+    waits_only = comm.to_dict()
+    for e in waits_only["sync"]:
+        del e["stretch"]
+    assert CommTable.from_dict(waits_only).sync_for((2, 2, 1)) == (4e-4, 1.0)
+    for bad in ({(2, 2): (1e-4, 1.0)}, {(2, 0, 1): (1e-4, 1.0)}, {(2, 2, 1): (-1e-4, 1.0)}, {(2, 2, 1): (1e-4, 0.5)},
+                {(2, 2, 1): (float("nan"), 1.0)}, {(2, 2, 1): (1e-4, float("inf"))}, {(2, 2, 1): 1e-4},
+                {(2, 2, 1): ("x", 1.0)}):
+        with pytest.raises(CalibrationError, match="synchronisation entry"):
+            CommTable({}, sync=bad)
+
+
 def test_load_errors(tmp_path):
     with pytest.raises(InvalidInputError, match="neither an existing cluster JSON file nor a preset"):
         Cluster.load(tmp_path / "missing.json")

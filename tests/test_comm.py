@@ -246,3 +246,40 @@ def test_every_collective_call_pays_the_launch_cost():
             assert CommModel(base).collective_time(kind, n, g) == pytest.approx(t0 + 5e-6, rel=1e-12)
             assert CommModel(slow).collective_time(kind, n, g) == pytest.approx(t0 + 30e-6, rel=1e-12)
         assert CommModel(slow).collective_time(kind, 0, g) == 0.0  # nothing to send: no call
+
+
+def test_synchronisation_terms_stretch_and_wait_once_per_call():
+    sizes = [2.0**i for i in range(0, 11)]
+    times = [1e-4 * (i + 1) for i in range(11)]
+    wait, stretch = 7e-4, 1.5
+    table = CommTable({("all_reduce", (2, 2, 2)): (sizes, times)},
+                      sync={(2, 2, 2): (wait, stretch), (4, 4, 1): (2 * wait, 1.0)})
+    m = CommModel(dataclasses.replace(Cluster.preset("cpu-1x4"), comm_table=table))
+    plain = CommModel(Cluster.preset("cpu-1x4"))
+    pairs, quad = ((0, 1), (2, 3)), ((0, 1, 2, 3),)
+    # a measured table: stretched, plus the wait, whatever the size (interpolation included)
+    for s, t in zip(sizes, times):
+        assert m.collective_time("all_reduce", s, pairs) == pytest.approx(stretch * t + wait, rel=1e-12)
+    slope = (times[-1] - times[-2]) / (sizes[-1] - sizes[-2])
+    assert m.collective_time("all_reduce", 3000, pairs) == pytest.approx(
+        stretch * (times[-1] + (3000 - sizes[-1]) * slope) + wait, rel=1e-12)
+    assert m.collective_times("all_reduce", [0, 4, 1024], pairs).tolist() == pytest.approx(
+        [0.0, stretch * times[2] + wait, stretch * times[10] + wait])
+    # the model alike, and the hot-loop form agrees
+    for kind in ("all_gather", "all_to_all", "send_recv"):
+        for n in (1, 2**12, 2**20):
+            assert m.collective_time(kind, n, quad) == pytest.approx(plain.collective_time(kind, n, quad) + 2 * wait, rel=1e-12)
+            assert m.collective_time(kind, n, pairs) == pytest.approx(stretch * plain.collective_time(kind, n, pairs) + wait,
+                                                                      rel=1e-12)
+            assert m.timer(kind, quad)(n) == m.collective_time(kind, n, quad)
+    # no call, no wait: nothing to send, or a group of one device
+    assert m.collective_time("all_reduce", 0, pairs) == 0.0
+    assert m.collective_time("all_reduce", 2**20, ((0,), (1,), (2,), (3,))) == 0.0
+    # a partitioning without a measurement is unchanged; the direct model never has one
+    assert m.collective_time("all_gather", 2**10, ((0, 1),)) == plain.collective_time("all_gather", 2**10, ((0, 1),))
+    assert m.model_time("all_gather", 2**10, quad) == plain.model_time("all_gather", 2**10, quad)
+    # one all-reduce waits once; a reduce-scatter then an all-gather wait twice
+    ar = m.collective_time("all_reduce", 2**20, quad)
+    rs_ag = m.collective_time("reduce_scatter", 2**20, quad) + m.collective_time("all_gather", 2**20, quad)
+    launch = Cluster.preset("cpu-1x4").device.kernel_overhead
+    assert rs_ag - ar == pytest.approx(launch + 2 * wait, rel=1e-9)

@@ -10,10 +10,14 @@ For every *device partitioning* of the ranks into equal groups (consecutive grou
 (g..2g-1), ...`` for every divisor ``g`` of the world size, plus strided groups when they give a
 different :func:`~tensoropt_py.cluster.group_signature` because the ranks span several
 machines), all groups run the collective **at the same time** (so contention is measured, as the
-paper requires) at sizes 2^i bytes, i in ``sizes_log2``. Each point is the median over
+paper requires) at sizes 2^i bytes, i in ``sizes_log2``. Each point is the mean over
 ``repeats`` runs (after ``warmup`` runs) of the slowest rank's time; every run starts after a
 world barrier. ``nbytes`` means what it means in :mod:`tensoropt_py.cost.comm` (the full logical
-tensor of a group); sizes smaller than one element per rank are rounded up to one element.
+tensor of a group); sizes smaller than one element per rank are rounded up to one element. Then
+:func:`calibrate_sync` measures, per partitioning, what a collective costs beyond its table
+when it follows each rank's own work as in a training step (the wait for the slowest member, and
+the stretch of transfers by members descheduled mid-way), with the model's operators as that work
+when ``--model`` is given; the cost model applies it to every collective call.
 
 Backends: every collective runs through the executor's own backend
 (:func:`tensoropt_py.exec.backend.make_backend`), so the table holds the per-call work the
@@ -50,16 +54,19 @@ the executor, whose backends and local operators it times; the cost model only r
 files it writes (:func:`tensoropt_py.cluster.load_calibration`).
 """
 
-from .collectives import DEFAULT_MAX_LOG2, calibrate_comm
-from .operators import calibrate_compute, calibrate_model_compute, model_compute_entries, model_update_entries
+from .collectives import DEFAULT_MAX_LOG2, calibrate_comm, calibrate_sync
+from .operators import (calibrate_compute, calibrate_model_compute, model_compute_entries, model_operator_runners,
+                        model_update_entries)
 from .timing import buffer_elements, color_of, machine_ids, measure, partition_plans
 
 __all__ = [
     "measure",
     "calibrate_comm",
+    "calibrate_sync",
     "calibrate_compute",
     "calibrate_model_compute",
     "model_compute_entries",
+    "model_operator_runners",
     "model_update_entries",
     "partition_plans",
     "color_of",

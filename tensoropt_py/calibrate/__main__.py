@@ -14,7 +14,7 @@ from ..errors import InvalidInputError
 from ..exec.launcher import is_rank0, mpi_world
 from ..inputs import load_cluster
 from .collectives import DEFAULT_MAX_LOG2, _mpi, calibrate_comm
-from .operators import calibrate_model_compute
+from .operators import calibrate_model_compute, model_operator_runners
 from ..cluster import COLLECTIVES
 
 __all__ = ["main"]
@@ -30,7 +30,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--min-log2", type=int, default=0, help="smallest size 2^i bytes (default 0)")
     p.add_argument("--max-log2", type=int, default=DEFAULT_MAX_LOG2,
                    help=f"largest size 2^i bytes (default {DEFAULT_MAX_LOG2}; the paper's P)")
-    p.add_argument("--repeats", type=int, default=5, help="timed runs per point, median taken (default 5)")
+    p.add_argument("--repeats", type=int, default=5, help="timed runs per point, their mean taken (default 5)")
     p.add_argument("--warmup", type=int, default=2, help="untimed runs per point (default 2)")
     p.add_argument("--backend", choices=("auto", "mpi", "nccl"), default="auto",
                    help="mpi: CPU numpy buffers; nccl: torch.distributed on CUDA; auto: nccl if usable (default)")
@@ -75,7 +75,13 @@ def main(argv=None) -> int:
     if args.model is not None and args.devices is None:
         raise InvalidInputError("--model needs --devices N")
     if not args.no_comm:
-        _main_comm(args)
+        sync_work = None
+        if args.model is not None:  # the model's operators are the work between collectives that ranks drift over
+            cl = load_cluster(args.cluster) if args.cluster else _default_cluster(args.devices)
+            _, runners, _ = model_operator_runners(args.model, cl, args.devices, device=_torch_device(args.backend),
+                                                   max_entries=args.max_entries)
+            sync_work = [fn for _, fn in runners] or None
+        _main_comm(args, sync_work)
     if args.model is not None:
         verbose = not args.quiet and is_rank0()
         comm = mpi_world()  # several ranks: all of them compute at once, as in training
@@ -92,7 +98,15 @@ def main(argv=None) -> int:
 
 
 
-def _main_comm(args):
+def _torch_device(backend):
+    """The device the collectives' backend uses, where the model's operators run too."""
+    import torch
+
+    cuda = backend == "nccl" or (backend == "auto" and torch.cuda.is_available())
+    return "cuda" if cuda else "cpu"
+
+
+def _main_comm(args, sync_work=None):
     collectives = tuple(c.strip() for c in args.collectives.split(",") if c.strip())
     MPI = _mpi()
     world = MPI.COMM_WORLD
@@ -109,6 +123,7 @@ def _main_comm(args):
         comm=world,
         out=args.out,
         verbose=verbose,
+        sync_work=sync_work,
     )
     if verbose:
         m = table.meta

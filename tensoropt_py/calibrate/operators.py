@@ -220,6 +220,56 @@ def _operator_runner(op, cfg, graph, dtype, device):
     return once
 
 
+def _empty_call(device):
+    """A no-argument callable doing what an operator entry's call does around no device work.
+
+    A view forward and its backward through autograd, like a reshape entry: what remains is host
+    dispatch (and, with ``sync``, the wait for the device), the floor every entry timed alone
+    carries (see :mod:`tensoropt_py.cost.compute`, "the call floor").
+    """
+    import torch
+
+    leaf = torch.zeros(1, device=device, requires_grad=True)
+
+    def once():
+        y = leaf.view(-1)
+        torch.autograd.backward([y], [torch.ones_like(y)])
+        leaf.grad = None
+
+    return once
+
+
+def model_operator_runners(graph, cluster, devices, *, dtype=None, mixed_precision=False, device="cpu",
+                           max_entries=None):
+    """``(graph, [(key, runner)], {key: reason})``: a no-argument callable per compute key of
+    :func:`model_compute_entries` (the local shard forward + backward, in model order), and why
+    those that cannot run were skipped; at most ``max_entries`` keys are tried.
+
+    Examples
+    --------
+    >>> g, runners, skipped = model_operator_runners("mlp", "cpu-1x4", 2, max_entries=2)
+    >>> len(runners) + len(skipped), runners[0][1]() is not None
+    (2, True)
+    """
+    import torch
+
+    from ..inputs import load_cluster, load_model
+
+    entries, g = model_compute_entries(load_model(graph), load_cluster(cluster), devices, dtype=dtype,
+                                       mixed_precision=mixed_precision)
+    items = list(entries.items())
+    if max_entries is not None:
+        items = items[:max_entries]
+    runners, skipped = [], {}
+    for key, (op, cfg) in items:
+        dt = key.rsplit("|", 1)[1]
+        try:
+            runners.append((key, _operator_runner(op, cfg, g, dt, torch.device(device))))
+        except Exception as exc:  # noqa: BLE001 - any failure to run means: keep the roofline
+            skipped[key] = f"{type(exc).__name__}: {exc}"
+    return g, runners, skipped
+
+
 def calibrate_model_compute(graph, cluster, devices, *, repeats: int = 5, warmup: int = 2, out=None,
                             max_entries: int | None = None, dtype=None, mixed_precision: bool = False,
                             device=None, verbose: bool = False, comm=None, optimizer: str = "adam") -> ComputeTable:
@@ -260,7 +310,9 @@ def calibrate_model_compute(graph, cluster, devices, *, repeats: int = 5, warmup
     -------
     ComputeTable
         ``meta`` records ``entries`` (measured), ``skipped`` (count), ``skipped_keys``
-        (key -> reason, at most 20), ``model``, ``devices``, ``torch_device``.
+        (key -> reason, at most 20), ``model``, ``devices``, ``torch_device`` and
+        ``call_floor``: the seconds of a call with no device work timed the same way (the cost
+        model subtracts it from entries measured on CUDA, see :mod:`tensoropt_py.cost.compute`).
     """
     import torch
 
@@ -274,21 +326,12 @@ def calibrate_model_compute(graph, cluster, devices, *, repeats: int = 5, warmup
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(device)
-    entries, g = model_compute_entries(graph, cluster, devices, dtype=dtype, mixed_precision=mixed_precision)
-    items = list(entries.items())
-    if max_entries is not None:
-        items = items[:max_entries]
-    runners, skipped = [], {}
-    for key, (op, cfg) in items:
-        dt = key.rsplit("|", 1)[1]
-        try:
-            runners.append((key, _operator_runner(op, cfg, g, dt, device)))
-        except Exception as exc:  # noqa: BLE001 - any failure to run means: keep the roofline
-            skipped[key] = f"{type(exc).__name__}: {exc}"
+    g, runners, skipped = model_operator_runners(graph, cluster, devices, dtype=dtype, mixed_precision=mixed_precision,
+                                                 device=device, max_entries=max_entries)
     updates = list(model_update_entries(g, cluster, devices, optimizer=optimizer, dtype=dtype,
                                         mixed_precision=mixed_precision).items())
     if max_entries is not None:
-        updates = updates[:max(max_entries - len(items), 0)]
+        updates = updates[:max(max_entries - len(runners) - len(skipped), 0)]
     sync = torch.cuda.synchronize if device.type == "cuda" else None
     multi = device.type == "cuda"
     if multi:  # torch's default optimizer on GPUs: one multi-tensor (foreach) step over every parameter
@@ -297,7 +340,11 @@ def calibrate_model_compute(graph, cluster, devices, *, repeats: int = 5, warmup
         runners += [(key, _constant(t)) for key, t in shares.items()]
     else:  # on CPU torch runs the single-tensor implementation: one update per parameter
         runners += [(key, _update_runner(optimizer, shape, dt, device)) for key, (shape, dt) in updates]
+    # timed the way the entries are (same loop, sync and concurrent ranks), so it is their floor
+    floor = calibrate_compute({"empty": _empty_call(device)}, repeats=repeats, warmup=warmup, sync=sync,
+                              comm=comm).get("empty")
     meta = {"model": g.name, "devices": int(devices), "cluster": cluster.name, "torch_device": str(device),
+            "call_floor": floor,
             "optimizer": optimizer, "optimizer_timing": "multi_tensor" if multi else "per_tensor",
             "torch": torch.__version__, "entries": len(runners), "skipped": len(skipped),
             "skipped_keys": dict(list(skipped.items())[:20])}

@@ -70,6 +70,21 @@ beats the same-size group inside one. Contention:
 
 Adding a concurrent group therefore never makes a collective faster.
 
+Synchronisation
+---------------
+A collective ends when its slowest member has arrived and the data has moved. Measured tables
+start every run right after a barrier, with every member just running; in a training step a
+rank reaches a collective after its own work. Where ranks share cores (more processes than
+cores, or other load), a member may be descheduled when the others arrive, and they **wait**
+for the scheduler to run it again; and one descheduled in the middle of a transfer stalls the
+others, which **stretches** the transfer. The calibration measures both per device
+partitioning (:func:`tensoropt_py.calibrate.calibrate_sync`: work, then an all-reduce, on all
+ranks at once, less the work alone, against the barrier-started call) and
+:class:`~tensoropt_py.cluster.CommTable` carries them (``sync_for``); every call of a group of
+two or more costs ``stretch * (table or model time) + wait``. Unmeasured they are neutral
+(``wait = 0``, ``stretch = 1``): devices that run one process each and start a collective when
+their identical work ends arrive together.
+
 Interpolation
 -------------
 For ``S[i] <= n < S[i+1]`` (found by bisection; ``S[i] = 2^i`` for default tables) the time is
@@ -375,6 +390,9 @@ class CommModel:
                 for a, b in set(self._coefficients(kind, groups)):
                     np.maximum(T, a + b * S, out=T)
                 e = _Entry(g, self._sizes, T.tolist(), "model", sig)
+            wait, stretch = self.cluster.comm_table.sync_for(sig) if self.cluster.comm_table is not None else (0.0, 1.0)
+            if wait or stretch != 1.0:  # in a step: the transfer as members get descheduled, plus the wait for the last
+                e = _Entry(g, e.sizes, [stretch * t + wait for t in e.times], e.source, sig)
         self._entries[(kind, groups)] = e
         return e
 

@@ -34,7 +34,11 @@ from __future__ import annotations
 from ..errors import InvalidInputError
 from ..graph.ir import DTYPE_BYTES
 
-__all__ = ["OPTIMIZERS", "state_bytes_per_param", "state_factor", "check_optimizer", "update_work", "update_key"]
+__all__ = ["OPTIMIZERS", "state_bytes_per_param", "state_factor", "check_optimizer", "update_work", "update_key",
+           "UPDATE_KEY_PREFIX"]
+
+#: How every :func:`update_key` starts (measured tables hold operator and update entries side by side).
+UPDATE_KEY_PREFIX = "optimizer_update|"
 
 #: Optimizer name -> number of state buffers per parameter.
 OPTIMIZERS = {"sgd": 0, "momentum": 1, "adam": 2}
@@ -97,4 +101,4 @@ def update_key(optimizer: str, local_shape, dtype: str) -> str:
     >>> update_key("adam", (64, 32), "float32")
     'optimizer_update|adam|[64,32]|float32'
     """
-    return f"optimizer_update|{check_optimizer(optimizer)}|[{','.join(str(int(d)) for d in local_shape)}]|{dtype}"
+    return f"{UPDATE_KEY_PREFIX}{check_optimizer(optimizer)}|[{','.join(str(int(d)) for d in local_shape)}]|{dtype}"
