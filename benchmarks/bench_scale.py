@@ -23,11 +23,14 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   :mod:`tensoropt_py.engine.screen`) vs the default and the exact frontier on Transformers
   with many configs per operator (``--candidate-graphs``, e.g. one layer on 16 devices):
   seconds, and the time lost at equal memory against the exact frontier;
+* ``candidates_depth``: the whole 16-device Transformer restricted to the top 1 or 2 configs
+  per weight of the relaxation bounds, tracked with epsilon 1e-3 and 0: where the time goes
+  once configs are few (frontier points);
 * ``llama``: a Llama-3-8B-shaped model (32 layers, hidden 4096, GQA 32/8, FFN 14336,
   vocab 128256, batch 32 x 2048) imported from Hugging Face on the meta device, tracked
   on 32 devices of ``h100-4x8`` and 64 of ``h100-8x8`` with ``max_memory=--max-memory``.
 
-Usage: python benchmarks/bench_scale.py [--cases transformer16_track fastest threads cyclic interval_peak candidates llama]
+Usage: python benchmarks/bench_scale.py [--cases transformer16_track fastest threads cyclic interval_peak candidates candidates_depth llama]
        [--timeout 600] [--threads 1 2] [--thread-devices 8] [--max-memory 4e9]
 """
 
@@ -168,6 +171,19 @@ for layers, devices in {candidate_graphs}:
         out(case="candidates", layers=layers, devices=devices, run=f"candidates={{r}}", seconds=s, points=len(fr),
             configs=st["candidate_configs"], of=int(sum(cg.n_configs)), rounds=st["candidate_rounds"],
             unproven=st["unproven_configs"], **gaps(fr, ref))
+""",
+    "candidates_depth": r"""
+from tensoropt_py.engine.screen import lam_grid, relaxation_bounds, restrict, top_configs
+cg = build_cost_graph(zoo.transformer(), to.Cluster.preset("v100-2x8"), 16).cost_graph
+t0 = time.perf_counter(); rb = relaxation_bounds(cg, lam_grid(cg, 12))
+out(case="candidates_depth", run="bounds", seconds=time.perf_counter() - t0)
+for r in (1, 2):
+    sub = restrict(cg, top_configs(rb, r))
+    for eps in (1e-3, 0.0):
+        t0 = time.perf_counter(); fr = track(sub, threads=1, anchors=False, epsilon=eps)
+        out(case="candidates_depth", per_weight=r, configs=int(sum(sub.n_configs)), epsilon=eps,
+            seconds=time.perf_counter() - t0, points=len(fr), heuristic=fr.n_heuristic,
+            intermediate_points=fr.stats["points"])
 """,
     "llama": r"""
 import torch, transformers
