@@ -184,6 +184,8 @@ class Plan:
         TensorOpt Eq. 3's memory (the sum of the operators' and edges' memory, what the engine
         tracks); ``memory`` is the peak of the live memory over the iteration. None in older
         plans, whose ``memory`` is that sum.
+    meshes : {"all", "hierarchical"}
+        The mesh space the strategy was chosen from (:mod:`tensoropt_py.space.mesh`).
 
     Examples
     --------
@@ -213,6 +215,7 @@ class Plan:
     peak_operator: str = ""
     peak_phase: str = ""
     additive_memory: float | None = None
+    meshes: str = "all"
 
     # --- serialisation -------------------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -234,7 +237,7 @@ class Plan:
             raise InvalidInputError(f"not a tensoropt_py plan: format {fmt!r}, expected {PLAN_FORMAT!r}")
         missing = [f.name for f in fields(cls) if f.name not in d and f.name not in
                    ("model_fingerprint", "optimizer", "simulated_time", "method", "notes", "precision",
-                    "peak_operator", "peak_phase", "additive_memory")]
+                    "peak_operator", "peak_phase", "additive_memory", "meshes")]
         if missing:
             raise InvalidInputError(f"plan JSON lacks the fields {missing}")
         kwargs = {f.name: _tuples(d[f.name]) for f in fields(cls) if f.name in d}
@@ -362,7 +365,7 @@ def plan_from_choices(mcg, choices, edge_choices, *, model: str, cluster: str, o
                 edge_choices=tuple(int(c) for c in np.asarray(edge_choices).ravel()),
                 model_fingerprint=fingerprint or graph.fingerprint(), optimizer=optimizer, method=method,
                 precision=precision, peak_operator="" if peak is None else peak.operator,
-                peak_phase="" if peak is None else peak.phase, additive_memory=record.memory)
+                peak_phase="" if peak is None else peak.phase, additive_memory=record.memory, meshes=mcg.meshes)
 
 
 def config_from_plan(op, op_plan) -> OpConfig:
