@@ -236,12 +236,18 @@ def _place_moves(shape, itemsize: int, sizes, place):
                 append(("slice", (a,), tuple(pl), 0))
     sharded = [j for j in range(r) if axes_of[j]]
     if sharded:
-        for ks in itertools.product(*[range(len(axes_of[j]) + 1) for j in sharded]):
-            if not any(ks):
-                continue
-            g = tuple(sorted(a for j, k in zip(sharded, ks) if k for a in axes_of[j][len(axes_of[j]) - k:]))
-            grow = math.prod([sizes[a] for a in g])
-            append(("all_gather", g, with_(g, REPLICATE), local_bytes * grow))
+        # per sharded dimension, its innermost k axes for k = 0, 1, ...; the first product is all k = 0
+        suffixes = [[axes_of[j][len(axes_of[j]) - k:] for k in range(len(axes_of[j]) + 1)] for j in sharded]
+        combos = itertools.product(*suffixes)
+        next(combos)
+        for combo in combos:
+            g = sorted([a for part in combo for a in part])
+            grow = 1
+            pl = list(place)
+            for a in g:
+                grow *= sizes[a]
+                pl[a] = REPLICATE
+            append(("all_gather", tuple(g), tuple(pl), local_bytes * grow))
     for k in range(1, len(par) + 1):
         for g in itertools.combinations(par, k):
             append(("all_reduce", g, with_(g, REPLICATE), local_bytes))
