@@ -24,12 +24,13 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   vocab 128256, batch 32 x 2048) imported from Hugging Face on the meta device, built
   with the default mesh space (hierarchical past 16 devices) and tracked with default
   settings and ``max_memory=--max-memory`` on 32 devices of ``h100-4x8`` and 64 of
-  ``h100-8x8`` (``--llama-devices``): import, build and track seconds, configurations
-  per operator, points, peak table bytes, peak resident memory.
+  ``h100-8x8`` (``--llama-devices``; ``--llama-layers`` for a shallower model): import,
+  build and track seconds, configurations per operator, points, peak table bytes, peak
+  resident memory.
 
 Usage: python benchmarks/bench_scale.py [--cases transformer16_track fastest threads cyclic mesh_loss llama]
        [--timeout 600] [--threads 1 2] [--thread-devices 8] [--max-memory 4e9] [--llama-devices 32 64]
-       [--llama-loss]
+       [--llama-layers 32] [--llama-loss]
 """
 
 from __future__ import annotations
@@ -156,13 +157,13 @@ from tensoropt_py.graph import from_torch
 from tensoropt_py.errors import SearchSpaceWarning
 warnings.simplefilter("ignore", SearchSpaceWarning)  # auto restricts past 16 devices; the result says so
 t0 = time.perf_counter()
-cfg = transformers.LlamaConfig(num_hidden_layers=32, hidden_size=4096, num_attention_heads=32, num_key_value_heads=8,
+cfg = transformers.LlamaConfig(num_hidden_layers={llama_layers}, hidden_size=4096, num_attention_heads=32, num_key_value_heads=8,
                                intermediate_size=14336, vocab_size=128256, max_position_embeddings=2048, use_cache=False)
 with torch.device("meta"):
     model = transformers.LlamaForCausalLM(cfg)
 ids = torch.zeros((32, 2048), dtype=torch.long, device="meta")
 g = from_torch(model, kwargs={{"input_ids": ids, "labels": ids}})
-out(case="llama_import", seconds=time.perf_counter() - t0, operators=len(g.operators))
+out(case="llama_import", layers={llama_layers}, seconds=time.perf_counter() - t0, operators=len(g.operators))
 for preset, devices in {llama_runs}:
     t0 = time.perf_counter(); mcg = build_cost_graph(g, to.Cluster.preset(preset), devices); tb = time.perf_counter() - t0
     cg = mcg.cost_graph
@@ -209,13 +210,14 @@ def main(argv=None):
     ap.add_argument("--max-memory", type=float, default=4e9)
     ap.add_argument("--llama-devices", type=int, nargs="+", default=[32, 64], choices=(32, 64),
                     help="device counts of the llama case (32: h100-4x8, 64: h100-8x8)")
+    ap.add_argument("--llama-layers", type=int, default=32, help="decoder layers of the llama case (Llama-3-8B: 32)")
     ap.add_argument("--llama-loss", action="store_true", help="add the two-layer Llama to the mesh_loss case")
     args = ap.parse_args(argv)
     presets = {32: "h100-4x8", 64: "h100-8x8"}
     for case in args.cases:
         code = _PRE.format(root=ROOT) + CASES[case].format(
             threads=args.track_threads, threads_list=list(args.threads), devices=args.thread_devices,
-            max_memory=int(args.max_memory), llama_loss=bool(args.llama_loss),
+            max_memory=int(args.max_memory), llama_loss=bool(args.llama_loss), llama_layers=int(args.llama_layers),
             llama_runs=tuple((presets[n], n) for n in args.llama_devices))
         print(f"# {case}", flush=True)
         run(code, args.timeout)
