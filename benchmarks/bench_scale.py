@@ -20,6 +20,16 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   the one-layer zoo Transformer at 16 devices of ``v100-2x8`` (exact optima,
   :func:`~tensoropt_py.engine.min_sum`) and, with ``--llama-loss``, a two-layer Llama-8B
   at 8 devices of ``h100-4x8`` (the default frontiers' minima: too wide for ``min_sum``);
+* ``interval_peak``: memory as a peak over live intervals (IOPDDL-style), on random cyclic
+  graphs with 1e18 sentinels: (a) small graphs, ``peak_frontier`` and
+  ``min_time_under_peak`` (at the midpoints between frontier peaks) vs brute force (count of
+  identical results); (b) 200 to 1000 nodes, 4 configs, sparse local cycles, at three peak
+  limits between the least possible and the fastest strategy's peak: root Lagrangian solve
+  (``max_nodes=1``) time vs its lower bound (gap %), seconds;
+* ``candidates``: ``track(candidates=r)`` (restricted to promising configs, see
+  :mod:`tensoropt_py.engine.screen`) vs the default and the exact frontier on Transformers
+  with many configs per operator (``--candidate-graphs``, e.g. one layer on 16 devices):
+  seconds, and the time lost at equal memory against the exact frontier;
 * ``llama``: a Llama-3-8B-shaped model (32 layers, hidden 4096, GQA 32/8, FFN 14336,
   vocab 128256, batch 32 x 2048) imported from Hugging Face on the meta device, built
   with the default mesh space (hierarchical past 16 devices) and tracked with default
@@ -28,9 +38,9 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   build and track seconds, configurations per operator, points, peak table bytes, peak
   resident memory.
 
-Usage: python benchmarks/bench_scale.py [--cases transformer16_track fastest threads cyclic mesh_loss llama]
-       [--timeout 600] [--threads 1 2] [--thread-devices 8] [--max-memory 4e9] [--llama-devices 32 64]
-       [--llama-layers 32] [--llama-loss]
+Usage: python benchmarks/bench_scale.py [--cases transformer16_track fastest threads cyclic interval_peak candidates
+       mesh_loss llama] [--timeout 600] [--threads 1 2] [--thread-devices 8] [--max-memory 4e9]
+       [--candidate-graphs 1x16] [--llama-devices 32 64] [--llama-layers 32] [--llama-loss]
 """
 
 from __future__ import annotations
@@ -150,6 +160,68 @@ for name, make, preset, n, how in cases:
     out(case="mesh_loss_gap", model=name, devices=n, how=how, lams=lams, rel_gaps=gaps, worst_gap=gaps[worst],
         worst_lam=lams[worst], fastest_gap=gaps[0], least_memory_gap=gaps[-1])
 """,
+    "interval_peak": r"""
+from tensoropt_py.engine import brute_force_peak_frontier, evaluate_peak, min_time_under_peak, peak_frontier
+from tensoropt_py.engine.random_graphs import random_cyclic_graph, random_interval_usage, random_sparse_cyclic_graph
+from tensoropt_py.errors import InfeasibleError
+n = same_fr = exact_fr = solves = same_min = 0; tb = tf = tm = 0.0
+for seed in range(60):
+    cg = random_cyclic_graph(n_nodes=7, max_k=3, edge_prob=0.4, forbidden_prob=0.08, max_options=1 + seed % 2, seed=seed)
+    if cg.n_strategies() > 300_000:
+        continue
+    usage = random_interval_usage(cg, max_span=5, empty_prob=0.1, seed=seed)
+    t0 = time.perf_counter(); bf = brute_force_peak_frontier(cg, usage); tb += time.perf_counter() - t0
+    if len(bf) == 0:
+        continue
+    n += 1
+    t0 = time.perf_counter(); fr = peak_frontier(cg, usage, max_enumerate=1, iterations=20); tf += time.perf_counter() - t0
+    same_fr += int(np.array_equal(fr.peak, bf.peak) and np.array_equal(fr.time, bf.time)); exact_fr += int(fr.exact)
+    for a, b in zip(bf.peak[:-1], bf.peak[1:]):
+        lim = (a + b) / 2
+        t0 = time.perf_counter(); r = min_time_under_peak(cg, usage, lim, max_enumerate=1, iterations=20); tm += time.perf_counter() - t0
+        solves += 1; same_min += int(r.optimal and r.time == bf.time[bf.peak <= lim].min())
+out(case="interval_peak_small", graphs=n, frontier_same=same_fr, frontier_exact=exact_fr, limits=solves,
+    min_time_same=same_min, brute_s=tb, frontier_s=tf, min_time_s=tm)
+for nodes in (200, 500, 1000):
+    cg = random_sparse_cyclic_graph(nodes, 4, forbidden_prob=0.05, seed=nodes)
+    usage = random_interval_usage(cg, max_span=20, seed=nodes)
+    fast = min_sum(cg, 0.0)
+    top = float(evaluate_peak(cg, usage, fast.choices)[0][0])
+    least = [int(np.argmin(np.where(np.isfinite(c[:, 1]), u, np.inf))) for c, u in zip(cg.node_costs, usage.usage)]
+    low = float(usage.loads(np.array([least])).max())
+    for frac in (0.25, 0.5, 0.75):
+        lim = low + frac * (top - low)
+        t0 = time.perf_counter()
+        try:
+            r = min_time_under_peak(cg, usage, lim, max_nodes=1, iterations=100)
+        except InfeasibleError as exc:
+            out(case="interval_peak_large", nodes=nodes, frac=frac, error=str(exc)[:200], seconds=time.perf_counter() - t0)
+            continue
+        out(case="interval_peak_large", nodes=nodes, edges=cg.n_edges, kept_steps=usage.n_steps, frac=frac,
+            fastest_time=fast.time, time=r.time, lower_bound=r.lower_bound, gap_pct=100 * r.gap,
+            peak_over_limit=r.peak / lim, oracle_calls=r.n_oracle_calls, seconds=time.perf_counter() - t0)
+""",
+    "candidates": r"""
+def gaps(fr, ref):
+    # time lost at equal memory for every point of ref, and worst gap of min(time + lam * memory)
+    g = np.array([fr.time[fr.memory <= m * (1 + 1e-12)].min() / t - 1 for m, t in zip(ref.memory, ref.time)])
+    lg = max((fr.time + l * fr.memory).min() / (ref.time + l * ref.memory).min() - 1 for l in np.geomspace(1e-13, 1e-8, 30))
+    return dict(worst_gap_pct=100 * float(g.max()), median_gap_pct=100 * float(np.median(g)),
+                matched=float(np.mean(g <= 1e-12)), worst_lam_gap_pct=100 * float(lg))
+for layers, devices in {candidate_graphs}:
+    cg = build_cost_graph(zoo.transformer(layers=layers), to.Cluster.preset("v100-2x8"), devices).cost_graph
+    t0 = time.perf_counter(); ref = track(cg, exact=True, threads=1); s_ref = time.perf_counter() - t0
+    t0 = time.perf_counter(); dflt = track(cg, threads=1); s_dflt = time.perf_counter() - t0
+    out(case="candidates", layers=layers, devices=devices, run="exact", seconds=s_ref, points=len(ref))
+    out(case="candidates", layers=layers, devices=devices, run="default", seconds=s_dflt, points=len(dflt),
+        heuristic=dflt.n_heuristic, **gaps(dflt, ref))
+    for r in (1, 2, 4):
+        t0 = time.perf_counter(); fr = track(cg, threads=1, candidates=r); s = time.perf_counter() - t0
+        st = fr.stats
+        out(case="candidates", layers=layers, devices=devices, run=f"candidates={{r}}", seconds=s, points=len(fr),
+            configs=st["candidate_configs"], of=int(sum(cg.n_configs)), rounds=st["candidate_rounds"],
+            unproven=st["unproven_configs"], **gaps(fr, ref))
+""",
     "llama": r"""
 import resource, warnings
 import torch, transformers
@@ -201,7 +273,7 @@ def run(code, timeout):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", nargs="+", default=["transformer16_track", "fastest", "threads", "cyclic"],
+    ap.add_argument("--cases", nargs="+", default=["transformer16_track", "fastest", "threads", "cyclic", "interval_peak"],
                     choices=list(CASES))
     ap.add_argument("--timeout", type=float, default=600.0)
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
@@ -212,13 +284,16 @@ def main(argv=None):
                     help="device counts of the llama case (32: h100-4x8, 64: h100-8x8)")
     ap.add_argument("--llama-layers", type=int, default=32, help="decoder layers of the llama case (Llama-3-8B: 32)")
     ap.add_argument("--llama-loss", action="store_true", help="add the two-layer Llama to the mesh_loss case")
+    ap.add_argument("--candidate-graphs", default="1x16",
+                    help="LAYERSxDEVICES of the Transformers of the candidates case, comma-separated")
     args = ap.parse_args(argv)
     presets = {32: "h100-4x8", 64: "h100-8x8"}
     for case in args.cases:
         code = _PRE.format(root=ROOT) + CASES[case].format(
             threads=args.track_threads, threads_list=list(args.threads), devices=args.thread_devices,
             max_memory=int(args.max_memory), llama_loss=bool(args.llama_loss), llama_layers=int(args.llama_layers),
-            llama_runs=tuple((presets[n], n) for n in args.llama_devices))
+            llama_runs=tuple((presets[n], n) for n in args.llama_devices),
+            candidate_graphs=[tuple(map(int, x.split("x"))) for x in args.candidate_graphs.split(",")])
         print(f"# {case}", flush=True)
         run(code, args.timeout)
 

@@ -229,14 +229,18 @@ def _plot_simulated(plan, args):
         graph = load_model(args.model or plan.model)
     except InvalidInputError as exc:
         raise InvalidInputError(f"--plot needs the plan's model: pass --model ({exc})") from None
-    measured = None
+    measured = measured_memory = None
     if args.report:
         try:
-            measured = float(read_json(args.report, "executor report")["time"]["measured"])
-        except (KeyError, TypeError, ValueError, json.JSONDecodeError):
+            report = read_json(args.report, "executor report")
+            measured = float(report["time"]["measured"])
+            peak = (report.get("memory") or {}).get("measured")
+            measured_memory = None if peak is None else float(peak)
+        except (KeyError, TypeError, ValueError, AttributeError, json.JSONDecodeError):
             raise InvalidInputError(f"{args.report!r} is not an executor report (run ... --report)") from None
     sim = simulate_plan(plan, graph)
-    plot_timeline(sim, devices=args.devices_shown, measured_time=measured, path=args.plot,
+    plot_timeline(sim, devices=args.devices_shown, measured_time=measured, plan=plan, measured_memory=measured_memory,
+                  path=args.plot,
                   title=f"{plan.model} on {plan.devices} devices of {plan.cluster}: one simulated iteration")
     print(f"simulated iteration {sim.time * 1e3:.4g} ms (additive estimate {sim.additive_time * 1e3:.4g} ms"
           + ("" if measured is None else f", measured {measured * 1e3:.4g} ms") + f"); plot written to {args.plot}")

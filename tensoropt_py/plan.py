@@ -184,6 +184,10 @@ class Plan:
         TensorOpt Eq. 3's memory (the sum of the operators' and edges' memory, what the engine
         tracks); ``memory`` is the peak of the live memory over the iteration. None in older
         plans, whose ``memory`` is that sum.
+    memory_timeline : tuple of float
+        Live bytes per device at every event of the iteration
+        (:meth:`MemoryModel.live <tensoropt_py.cost.memory.MemoryModel.live>`; events named by
+        :func:`~tensoropt_py.cost.memory.memory_events`); empty in older plans.
     meshes : {"all", "hierarchical"}
         The mesh space the strategy was chosen from (:mod:`tensoropt_py.space.mesh`).
 
@@ -215,7 +219,42 @@ class Plan:
     peak_operator: str = ""
     peak_phase: str = ""
     additive_memory: float | None = None
+    memory_timeline: tuple[float, ...] = ()
     meshes: str = "all"
+
+    def plot(self, simulation, *, measured_time: float | None = None, measured_memory: float | None = None,
+             devices: int | None = 4, path=None, title: str | None = None):
+        """Draw one simulated iteration and, under it, the live memory with its peak marked.
+
+        Parameters
+        ----------
+        simulation : PlanSimulation
+            :func:`tensoropt_py.soap.plan_simulator.simulate_plan` of this plan.
+        measured_time, measured_memory : float, optional
+            The executor's measured iteration time (seconds) and peak (bytes), drawn as references.
+        devices : int or None
+            Devices drawn (None: all).
+        path : str or Path, optional
+            Where to save the figure.
+        title : str, optional
+
+        Returns
+        -------
+        matplotlib.figure.Figure
+
+        Examples
+        --------
+        >>> import tensoropt_py as to
+        >>> from tensoropt_py.soap.plan_simulator import simulate_plan
+        >>> plan = to.frontier("mlp", "cpu-1x4", devices=2).plan(0)
+        >>> fig = plan.plot(simulate_plan(plan, to.models.mlp()))
+        >>> fig.axes[1].get_ylabel().startswith("memory")
+        True
+        """
+        from .plot import plot_timeline
+
+        return plot_timeline(simulation, devices=devices, measured_time=measured_time, plan=self,
+                             measured_memory=measured_memory, path=path, title=title)
 
     # --- serialisation -------------------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -237,7 +276,7 @@ class Plan:
             raise InvalidInputError(f"not a tensoropt_py plan: format {fmt!r}, expected {PLAN_FORMAT!r}")
         missing = [f.name for f in fields(cls) if f.name not in d and f.name not in
                    ("model_fingerprint", "optimizer", "simulated_time", "method", "notes", "precision",
-                    "peak_operator", "peak_phase", "additive_memory", "meshes")]
+                    "peak_operator", "peak_phase", "additive_memory", "memory_timeline", "meshes")]
         if missing:
             raise InvalidInputError(f"plan JSON lacks the fields {missing}")
         kwargs = {f.name: _tuples(d[f.name]) for f in fields(cls) if f.name in d}
@@ -341,7 +380,9 @@ def plan_from_choices(mcg, choices, edge_choices, *, model: str, cluster: str, o
 
     record = mcg.decode(choices, edge_choices)
     graph = mcg.graph
-    peak = MemoryModel(mcg).profile(choices, edge_choices) if models_peak(mcg) else None
+    mm = MemoryModel(mcg)
+    peak = mm.profile(choices, edge_choices)
+    on_peak = models_peak(mcg)
     ops = []
     for rec in record.ops:
         op = graph.operator(rec.name)
@@ -359,13 +400,14 @@ def plan_from_choices(mcg, choices, edge_choices, *, model: str, cluster: str, o
                               backward=_collectives(rec.backward), reuse=rec.reuse, memory=rec.memory, time=rec.time,
                               rederive=_collectives(rec.rederive)))
     return Plan(model=model, cluster=cluster, devices=int(mcg.num_devices), operators=tuple(ops), edges=tuple(edges),
-                memory=record.memory if peak is None else peak.peak, time=record.time, compute_time=record.compute_time,
+                memory=peak.peak if on_peak else record.memory, time=record.time, compute_time=record.compute_time,
                 communication_time=record.comm_time,
                 choices=tuple(int(c) for c in np.asarray(choices).ravel()),
                 edge_choices=tuple(int(c) for c in np.asarray(edge_choices).ravel()),
                 model_fingerprint=fingerprint or graph.fingerprint(), optimizer=optimizer, method=method,
-                precision=precision, peak_operator="" if peak is None else peak.operator,
-                peak_phase="" if peak is None else peak.phase, additive_memory=record.memory, meshes=mcg.meshes)
+                precision=precision, peak_operator=peak.operator if on_peak else "",
+                peak_phase=peak.phase if on_peak else "", additive_memory=record.memory,
+                memory_timeline=tuple(float(x) for x in mm.live(choices, edge_choices)), meshes=mcg.meshes)
 
 
 def config_from_plan(op, op_plan) -> OpConfig:

@@ -314,9 +314,10 @@ def plot_profile(
 _PHASE_COLORS = {"forward": "C0", "backward": "C2", "gradient sync": "C1", "rederive": "C4"}
 
 
-def plot_timeline(simulation, *, devices: int | None = 4, measured_time: float | None = None, ax=None, path=None,
-                  title: str | None = None):
-    """One simulated iteration: the compute and network streams of each device over time.
+def plot_timeline(simulation, *, devices: int | None = 4, measured_time: float | None = None, plan=None,
+                  measured_memory: float | None = None, ax=None, path=None, title: str | None = None):
+    """One simulated iteration: the compute and network streams of each device over time, and
+    under them the live memory of a device over the same iteration with its peak.
 
     Parameters
     ----------
@@ -327,7 +328,14 @@ def plot_timeline(simulation, *, devices: int | None = 4, measured_time: float |
         Draw the first this many devices (None: all).
     measured_time : float, optional
         The executor's measured iteration time (seconds), drawn as a line.
+    plan : Plan, optional
+        The simulated plan: with its ``memory_timeline``, a second panel draws the live memory
+        (every event placed at the start of its task on the first device shown) and marks the
+        peak with its operator and phase.
+    measured_memory : float, optional
+        The executor's measured peak (bytes), drawn as a reference line on the memory panel.
     ax : matplotlib Axes, optional
+        Draw the streams here (no memory panel).
     path : str or Path, optional
         Where to save the figure.
     title : str, optional
@@ -347,7 +355,13 @@ def plot_timeline(simulation, *, devices: int | None = 4, measured_time: float |
     """
     if devices is not None and (isinstance(devices, bool) or not isinstance(devices, int) or devices < 1):
         raise InvalidInputError(f"devices must be a positive int or None, got {devices!r}")
-    fig, ax = _new_axes(ax, size=(8.0, 3.6))
+    timeline = tuple(getattr(plan, "memory_timeline", ()) or ())
+    mem_ax = None
+    if timeline and ax is None:
+        fig, (ax, mem_ax) = _pyplot().subplots(2, 1, figsize=(8.0, 6.0), layout="constrained", sharex=True,
+                                                height_ratios=(3, 2))
+    else:
+        fig, ax = _new_axes(ax, size=(8.0, 3.6))
     shown = sorted({e.device for e in simulation.events})
     if devices is not None:
         shown = shown[:devices]
@@ -369,6 +383,45 @@ def plot_timeline(simulation, *, devices: int | None = 4, measured_time: float |
         ax.axvline(measured_time / tu[1], color="C3", ls="--", lw=1.5, label=f"measured {_fmt(measured_time, tu)}")
     ax.set_yticks(range(len(rows)), [f"device {d} {s}" for d, s in rows])
     ax.invert_yaxis()
-    ax.set_xlabel(f"time in the iteration ({tu[0]})")
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), framealpha=0.9, ncols=3)
+    if mem_ax is None:
+        ax.set_xlabel(f"time in the iteration ({tu[0]})")
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), framealpha=0.9, ncols=3)
+        return _finish(fig, ax, path, title)
+    ax.legend(fontsize=8, loc="upper right", framealpha=0.9, ncols=2)
+    ax.grid(True, which="both", alpha=0.3)
+    _memory_panel(mem_ax, simulation, plan, timeline, shown[0] if shown else 0, tu, measured_memory)
+    mem_ax.grid(True, which="both", alpha=0.3)
     return _finish(fig, ax, path, title)
+
+
+def _memory_panel(ax, simulation, plan, timeline, device, tu, measured_memory):
+    """Live memory of ``device`` over the simulated iteration, the peak marked with its cause."""
+    from .cost.memory import memory_events
+
+    names = [o.name for o in plan.operators]
+    events = memory_events(names)
+    if len(events) != len(timeline):
+        raise InvalidInputError(f"the plan's memory timeline has {len(timeline)} events, its {len(names)} "
+                                f"operators make {len(events)}")
+    starts = {}
+    for e in simulation.events:
+        if e.device == device and e.stream == "compute" and e.phase in ("forward", "backward"):
+            starts.setdefault((e.label, e.phase), e.start)
+    xs = [starts.get(ev, simulation.time) if ev[1] != "optimizer" else simulation.time for ev in events]
+    xs = np.maximum.accumulate(np.asarray(xs, dtype=float)) / tu[1]  # events happen in this order
+    live = np.asarray(timeline, dtype=float)
+    mu = _unit([live] + ([[measured_memory]] if measured_memory else []), _MEMORY_UNITS)
+    ax.step(xs, live / mu[1], where="post", color="C0", lw=1.3, label=f"live memory, device {device}")
+    k = int(np.argmax(live))
+    op, phase = events[k]
+    what = f"{phase} of {op}" if op else "the optimizer step"
+    ax.plot([xs[k]], [live[k] / mu[1]], "v", color="C3", ms=8, label=f"peak {_fmt(live[k], mu)}: {what}")
+    ax.annotate(f"peak: {what}", (xs[k], live[k] / mu[1]), textcoords="offset points", xytext=(4, 6), fontsize=8,
+                color="C3")
+    if measured_memory:
+        ax.axhline(measured_memory / mu[1], color="C3", ls="--", lw=1.2,
+                   label=f"measured peak {_fmt(measured_memory, mu)}")
+    ax.set_ylim(0, max(live.max(), measured_memory or 0.0) / mu[1] * 1.15)
+    ax.set_ylabel(f"memory ({mu[0]})")
+    ax.set_xlabel(f"time in the iteration ({tu[0]})")
+    ax.legend(fontsize=8, loc="lower right", framealpha=0.9)

@@ -126,3 +126,79 @@ def test_old_plan_files_without_peak_fields_load():
     back = Plan.from_json(new.to_json())
     assert back == new and back.peak_phase in PHASES and back.additive_memory > 0
     assert "peak in" in new.summary()
+
+
+def _tracked(graph, plan):
+    from tensoropt_py.exec.runner import tracked_peak
+
+    ex = _executor(graph, plan)
+    ex.step(0)
+    return tracked_peak(ex, 1)
+
+
+def test_recomputed_plans_peak_matches_memtracker_on_one_device():
+    # recomputation: outputs dropped after their last forward reader, re-run from the first
+    # backward read, saved tensors held to the end of backward (as the executor does)
+    pytest.importorskip("mpi4py")
+    from tensoropt_py.cost.training import TrainingOptions
+
+    graph = load_model("small_transformer:batch=4,seq_len=64,hidden=64,vocab=1000")
+    cluster = to.Cluster.preset("cpu-1x4")
+    mcg = build_cost_graph(graph, cluster, 1, training=TrainingOptions(recompute=True))
+    fr = track(mcg.cost_graph)
+    counts = [sum(mcg.configs[i][k].recompute for i, k in enumerate(ch)) for ch in fr.choices]
+    mm = MemoryModel(mcg)
+    for i in sorted({0, int(np.argmax(counts)), len(fr.time) // 2}):
+        plan = plan_from_choices(mcg, fr.choices[i], fr.edge_choices[i], model=graph.name, cluster=cluster.name)
+        assert plan.memory == pytest.approx(plan.additive_memory)  # a recompute space keeps the sum
+        peak = mm.profile(fr.choices[i], fr.edge_choices[i]).peak
+        assert peak == pytest.approx(_tracked(graph, plan), rel=TOLERANCE), (i, counts[i])
+
+
+def test_bf16_peak_matches_memtracker_on_one_device():
+    pytest.importorskip("mpi4py")
+    import dataclasses
+
+    from tensoropt_py.cost.training import TrainingOptions
+
+    cl = to.Cluster.preset("cpu-1x4")
+    cluster = dataclasses.replace(cl, device=dataclasses.replace(cl.device, dtype_flops={"bfloat16": "50GFLOPS"}))
+    for spec in MODELS:
+        graph = load_model(spec)
+        mcg = build_cost_graph(graph, cluster, 1, training=TrainingOptions(precision="bf16-mixed"))
+        fr = track(mcg.cost_graph)
+        plan = plan_from_choices(mcg, fr.choices[0], fr.edge_choices[0], model=graph.name, cluster=cluster.name,
+                                 precision="bf16-mixed")
+        # bf16 working weights and gradients, fp32 masters (and their gradients at the step)
+        assert plan.memory == pytest.approx(_tracked(graph, plan), rel=TOLERANCE), (spec, plan.peak_phase)
+        assert plan.memory > plan.additive_memory  # the sum misses the step's fp32 gradients and transients
+
+
+def test_sharded_state_divides_master_and_state_by_the_replicas():
+    # reference: the cost graph's own sharded-state delta (cost.training) on the same configs
+    from dataclasses import replace
+
+    from tensoropt_py.cost.memory import models_peak
+    from tensoropt_py.cost.training import TrainingOptions
+
+    mcg = build_cost_graph(load_model("mlp"), to.Cluster.preset("cpu-1x4"), 4,
+                           training=TrainingOptions(shard_optimizer=True))
+    assert models_peak(mcg)
+    mm = MemoryModel(mcg)
+    assert not models_peak(build_cost_graph(load_model("mlp"), to.Cluster.preset("cpu-1x4"), 2,
+                                            training=TrainingOptions(recompute=True)))
+    checked = 0
+    for i, cfgs in enumerate(mcg.configs):
+        for k, c in enumerate(cfgs):
+            if not c.shard_state or replace(c, shard_state=False) not in cfgs:
+                continue  # (a plain twin may be pruned as dominated)
+            plain = cfgs.index(replace(c, shard_state=False))
+            drop = mcg.node_costs[i][plain][0] - mcg.node_costs[i][k][0]
+            assert drop > 0
+            assert mm._node(i, plain)[0] - mm._node(i, k)[0] == pytest.approx(drop, rel=1e-12)
+            zero_sync, zero_kept, zero_gather, _, _ = mm._node(i, k)[7]
+            # an all-gather rebuilds one group's weights; the reduce-scatter holds them and the chunk
+            assert 0 < zero_gather <= mm._node(i, k)[1] and zero_gather < zero_sync
+            assert 0 < zero_kept < zero_sync
+            checked += 1
+    assert checked > 0

@@ -124,3 +124,46 @@ def test_save_as_pdf_and_svg(fr, tmp_path):
         path = tmp_path / f"f.{ext}"
         fr.plot(path)
         assert path.read_bytes()[: len(magic)] == magic
+
+
+def test_timeline_has_a_memory_panel_with_the_marked_peak(tmp_path):
+    from tensoropt_py.cost.memory import MemoryModel, memory_events
+    from tensoropt_py.soap.plan_simulator import simulate_plan
+
+    fr = to.frontier("small_transformer", "cpu-1x4", devices=2)
+    plan = fr.plan(0)
+    sim = simulate_plan(plan, to.models.small_transformer())
+    path = tmp_path / "timeline.png"
+    fig = plan.plot(sim, measured_time=2 * sim.time, measured_memory=1.1 * plan.memory, path=path)
+    assert _is_png(path)
+    streams, mem = fig.axes
+    assert mem.get_ylabel().startswith("memory") and "time in the iteration" in mem.get_xlabel()
+    # the live-memory curve is the plan's timeline, its top the plan's peak
+    live = np.asarray(plan.memory_timeline)
+    np.testing.assert_allclose(live, MemoryModel(fr.model_cost_graph).live(plan.choices, plan.edge_choices))
+    assert live.max() == pytest.approx(plan.memory)
+    unit = plan.memory / mem.lines[0].get_ydata().max()
+    # the marker sits on the peak, named by its operator and phase (the plan's own)
+    marker = [ln for ln in mem.lines if ln.get_marker() == "v"]
+    assert len(marker) == 1 and marker[0].get_ydata()[0] * unit == pytest.approx(plan.memory)
+    k = int(np.argmax(live))
+    op, phase = memory_events([o.name for o in plan.operators])[k]
+    assert (op, phase) == (plan.peak_operator, plan.peak_phase)
+    label = marker[0].get_label()
+    assert label.startswith("peak") and (phase in label) and (op in label or phase == "optimizer")
+    assert any(t.get_text().startswith("peak:") for t in mem.texts)
+    # the executor's measured peak is a horizontal reference line at its value
+    measured = [ln for ln in mem.lines if ln.get_label().startswith("measured peak")]
+    assert len(measured) == 1 and measured[0].get_ydata()[0] * unit == pytest.approx(1.1 * plan.memory)
+    # and the panel shares the streams' time axis
+    assert mem.get_shared_x_axes().joined(mem, streams)
+
+
+def test_timeline_without_a_memory_timeline_draws_the_streams_only():
+    from types import SimpleNamespace as E
+
+    from tensoropt_py.plot import plot_timeline
+
+    sim = E(time=2.0, additive_time=2.5, events=(E(device=0, stream="compute", phase="forward", start=0.0, end=2.0),))
+    fig = plot_timeline(sim, plan=E(memory_timeline=(), operators=()))
+    assert len(fig.axes) == 1

@@ -1,5 +1,6 @@
 """Rescheduling: Dijkstra vs brute-force enumeration, identity, fwd/bwd symmetry, triangle inequality."""
 
+import heapq
 import itertools
 import math
 
@@ -234,3 +235,214 @@ def test_one_collective_where_a_chain_only_saves_latency(make):
     assert p.time == pytest.approx(cm.collective_time("all_gather", 1024 * 1024 * 4, (tuple(range(8)),)))
     q = r.path((1024, 1024), "float32", Layout(fine, (PARTIAL,) * 3), Layout(fine, (REPLICATE,) * 3))
     assert [s.kind for s in q.steps] == ["all_reduce"]
+
+
+# -- launches and bytes: the chain against exhaustive searches (issue: chains of 2-device collectives) ----
+
+def _send_bytes(kind, nbytes, g):
+    """Bytes one device sends in a ring collective over ``g`` devices (exact: ``nbytes`` divides by ``g``)."""
+    if kind == "slice":
+        return 0
+    share, rest = divmod((g - 1) * nbytes, g)
+    assert rest == 0, (kind, nbytes, g)
+    return 2 * share if kind == "all_reduce" else share
+
+
+def _group(sizes, kind, axes):
+    return math.prod(sizes[a] for a in axes) if kind != "slice" else 1
+
+
+class LaunchBandwidthModel:
+    """A communication model of launches and bytes only: ``launch`` seconds per call plus one second per byte sent.
+
+    With ``launch`` below the smallest difference in bytes two chains can have, the
+    cheapest chain is the one that sends the fewest bytes and, among those, makes the fewest
+    calls: the property the rescheduler must have when launches cost something.
+    """
+
+    def __init__(self, launch):
+        self.launch = launch
+
+    def collective_time(self, kind, nbytes, groups):
+        return self.launch + _send_bytes(kind, nbytes, len(groups[0]))
+
+
+def _lex_brute(shape, src):
+    """Fewest (bytes sent, collectives) to every layout reachable from ``src``: label-correcting search to a fixpoint.
+
+    Independent of the rescheduler's Dijkstra: integer costs compared as tuples, every
+    layout relaxed again until nothing improves.
+    """
+    best = {src: (0, 0)}
+    work = [src]
+    while work:
+        lay = work.pop()
+        b, c = best[lay]
+        for kind, axes, after, nbytes in moves(shape, 4, lay):
+            cand = (b + _send_bytes(kind, nbytes, _group(lay.sizes, kind, axes)), c + (kind != "slice"))
+            if cand < best.get(after, (math.inf, math.inf)):
+                best[after] = cand
+                work.append(after)
+    return best
+
+
+def _fewest_collectives_by_bytes(shape, src, max_bytes, moves_of):
+    """``{(layout, bytes sent): fewest collectives}`` over every chain from ``src`` sending at most ``max_bytes``.
+
+    States ``(layout, bytes)`` are settled in ``(bytes, collectives)`` order: no move lowers either.
+    """
+    best = {(src, 0): 0}
+    heap = [(0, 0, 0, src)]
+    tie = itertools.count(1)
+    done = set()
+    while heap:
+        b, c, _, lay = heapq.heappop(heap)
+        if (lay, b) in done:
+            continue
+        done.add((lay, b))
+        for kind, sent, after in moves_of(lay):
+            nb, nc = b + sent, c + (kind != "slice")
+            if nb <= max_bytes and nc < best.get((after, nb), math.inf):
+                best[(after, nb)] = nc
+                heapq.heappush(heap, (nb, nc, next(tie), after))
+    return best
+
+
+def _min_time_brute(rs, shape, src):
+    """Cheapest seconds to every layout reachable from ``src``: Bellman-Ford-style relaxation to a fixpoint."""
+    best = {src: 0.0}
+    work = [src]
+    while work:
+        lay = work.pop()
+        t = best[lay]
+        for kind, axes, after, nbytes in moves(shape, 4, lay):
+            nt = t + rs.step_time(kind, nbytes, lay.sizes, axes)
+            if nt < best.get(after, math.inf) * (1 - 1e-12):
+                best[after] = nt
+                work.append(after)
+    return best
+
+
+def _mesh_pairs(mesh_shape, ndim):
+    """(src, dst) layouts of a ``mesh_shape`` mesh: per mesh dim Shard(d), R or P; targets without P."""
+    from tensoropt_py.space.mesh import Mesh
+
+    mesh = Mesh(mesh_shape)
+    codes = list(range(ndim)) + [REPLICATE, PARTIAL]
+
+    def lay(pl):
+        return Layout(mesh.fine_sizes, tuple(pl[m] for m, axes in enumerate(mesh.fine_of_axis) for _ in axes))
+
+    srcs = list(itertools.product(codes, repeat=len(mesh_shape)))
+    dsts = [d for d in srcs if PARTIAL not in d]
+    return [(lay(s), lay(d)) for s in srcs for d in dsts if s != d]
+
+
+def _chain(p):
+    steps = [s for s in p.steps if s.kind != "slice"]
+    return sum(_send_bytes(s.kind, s.nbytes, len(s.groups[0])) for s in steps), len(steps)
+
+
+MESHES = [(8,), (2, 4)]
+
+
+@pytest.mark.parametrize("mesh_shape", MESHES)
+@pytest.mark.parametrize("make", ["fast", "reference"])
+def test_fewest_bytes_then_fewest_launches(mesh_shape, make):
+    """Under launches + bytes, every chain sends the fewest bytes and, for those bytes, makes the fewest calls."""
+    shape = (8, 8, 16)
+    cm = LaunchBandwidthModel(2.0 ** -8)  # bytes sent are multiples of 64: calls only break ties
+    r = Rescheduler(cm) if make == "fast" else ReferenceRescheduler(cm)
+    pairs = _mesh_pairs(mesh_shape, len(shape))
+    oracle = {}
+    for src, dst in pairs:
+        if src not in oracle:
+            oracle[src] = _lex_brute(shape, src)
+        assert _chain(r.path(shape, "float32", src, dst)) == oracle[src][dst], (src, dst)
+    assert len(pairs) == {(8,): 16, (2, 4): 384}[mesh_shape]
+
+
+@pytest.mark.parametrize("mesh_shape", MESHES)
+def test_preset_chains_are_cheapest_and_never_longer_at_equal_bytes(mesh_shape):
+    """On h100-4x8 the chain is the cheapest, and no chain that sends the same bytes makes fewer calls.
+
+    A preset property, not a law of the model: splitting one ring collective over ``g``
+    devices into a chain over factors of ``g`` sends the same bytes and saves ring steps
+    (``7 - (1 + 3) = 3`` for 8 = 2 x 4) at one launch per extra call. h100-4x8 charges
+    ``L = 5 us`` per launch and ``a = 1 us`` per step, so ``3 a < L`` and one call wins;
+    with v100-2x8's ``a = 2 us`` the model rightly prefers the chain.
+    """
+    shape = (64, 64, 64)
+    rs = Rescheduler(CommModel(Cluster.preset("h100-4x8")))
+    pairs = _mesh_pairs(mesh_shape, len(shape))
+    chains = {(s, d): rs.path(shape, "float32", s, d) for s, d in pairs}
+    by_src = {}
+    for (src, dst), p in chains.items():
+        by_src.setdefault(src, []).append((dst, p))
+    cache = {}
+
+    def moves_of(lay):  # (kind, bytes sent, after) of every move, enumerated once per layout
+        out = cache.get(lay)
+        if out is None:
+            out = cache[lay] = [(k, _send_bytes(k, nb, _group(lay.sizes, k, ax)), after)
+                                for k, ax, after, nb in moves(shape, 4, lay)]
+        return out
+
+    for src, items in by_src.items():
+        times = _min_time_brute(rs, shape, src)
+        fewest = _fewest_collectives_by_bytes(shape, src, max(_chain(p)[0] for _, p in items), moves_of)
+        for dst, p in items:
+            assert p.time == pytest.approx(times[dst], rel=1e-12), (src, dst, str(p))
+            nbytes, ncoll = _chain(p)
+            assert fewest[(dst, nbytes)] >= ncoll, (src, dst, str(p))
+
+
+@pytest.mark.parametrize("preset", ["h100-4x8", "v100-2x8"])
+def test_partial_to_replicated_on_2x4_is_the_derived_optimum(preset):
+    """(P,P) -> (R,R) on a 2x4 mesh of one machine, derived from the model.
+
+    Every chain that reduces the partial sum sends at least ``2 (g-1)/g n = 1.75 n`` bytes
+    per device; those that send exactly that are one all-reduce over the 8 devices (one
+    launch ``L``, ``2 x 7`` ring steps of latency ``a``) or a reduce-scatter -> all-reduce ->
+    all-gather hierarchy over 2 and 4 devices (3 launches, ``(1 + 3) x 2`` ring steps, the
+    same bandwidth term); a shorter chain that is not one all-reduce sends more bytes.
+    So one all-reduce is the optimum iff ``L + 14 a <= 3 L + 8 a``, i.e. ``6 a <= 2 L``,
+    and the three-step hierarchy otherwise (for large tensors, where extra bytes cost more
+    than a launch). h100-4x8 (L = 5 us, a = 1 us): one all-reduce; v100-2x8 (a = 2 us): three.
+    """
+    cl = Cluster.preset(preset)
+    cm = CommModel(cl)
+    rs = Rescheduler(cm)
+    shape = (256, 256, 256)
+    src = Layout((2, 2, 2), (PARTIAL,) * 3)
+    dst = Layout((2, 2, 2), (REPLICATE,) * 3)
+    p = rs.path(shape, "float32", src, dst)
+    launch, a = cl.device.kernel_overhead, cl.intra_link.latency
+    nbytes, ncoll = _chain(p)
+    assert nbytes == 2 * 7 * math.prod(shape) * 4 // 8
+    if 6 * a <= 2 * launch:
+        assert [s.kind for s in p.steps] == ["all_reduce"] and p.steps[0].groups == (tuple(range(8)),)
+    else:
+        assert [s.kind for s in p.steps] == ["reduce_scatter", "all_reduce", "all_gather"]
+        assert p.time < cm.collective_time("all_reduce", math.prod(shape) * 4, (tuple(range(8)),))
+    assert p.time == pytest.approx(_min_time_brute(rs, shape, src)[dst], rel=1e-12)
+
+
+@pytest.mark.parametrize("preset", ["h100-4x8", "v100-2x8"])
+def test_shard_to_replicated_on_8_is_the_derived_optimum(preset):
+    """S0 -> R on a 1-D mesh of 8 (one machine), derived from the model.
+
+    Every way to gather sends the same ``7/8`` of the tensor per device; they differ in
+    launches ``L`` and ring steps ``a``: one all-gather over 8 costs ``L + 7 a``, a chain
+    over 2 and 4 devices (either order) ``2 L + 4 a``, three over 2 devices ``3 L + 3 a``.
+    The cheapest of the three decides how many collectives the path has.
+    """
+    cl = Cluster.preset(preset)
+    rs = Rescheduler(CommModel(cl))
+    launch, a = cl.device.kernel_overhead, cl.intra_link.latency
+    options = {1: launch + 7 * a, 2: 2 * launch + 4 * a, 3: 3 * launch + 3 * a}
+    want = min(options, key=options.get)
+    shape = (1024, 1024)
+    p = rs.path(shape, "float32", Layout((2, 2, 2), (0, 0, 0)), Layout((2, 2, 2), (REPLICATE,) * 3))
+    assert [s.kind for s in p.steps] == ["all_gather"] * want
+    assert _chain(p) == (7 * 1024 * 1024 * 4 // 8, want)

@@ -94,3 +94,16 @@ def test_default_track_contains_both_ends(seed):
     assert off.time.min() >= fast.time * (1 - 1e-12)
     with pytest.raises(InvalidInputError, match="anchors must be"):
         track(cg, anchors="yes")
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_least_memory_optimum_is_the_fastest_of_least_memory(seed):
+    cg = random_cyclic_graph(seed=seed, forbidden_prob=0.05) if seed % 2 else random_small_dag(seed=seed)
+    bf = brute_force_frontier(cg)
+    if len(bf) == 0:
+        return
+    opt = min_sum(cg, np.inf)
+    # the exact frontier's first point is the fastest strategy of least memory
+    assert opt.memory == pytest.approx(bf.memory[0], rel=1e-12)
+    assert opt.time == pytest.approx(bf.time[0], rel=1e-12)
+    assert opt.value == opt.memory

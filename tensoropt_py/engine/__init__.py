@@ -8,12 +8,27 @@ Knows nothing about DNNs: it works on a :class:`CostGraph` (see DESIGN.md "Contr
 * :func:`track` (FT-LDP or FT-Elimination) -> :class:`TrackedFrontier`;
 * :func:`evaluate` (strategy costs), :func:`brute_force_frontier` (test oracle) and
   :func:`min_sum` (exact optimum of time + lam * memory, an independent check);
+* :class:`IntervalUsage`, :func:`min_time_under_peak`, :func:`peak_frontier`: memory as a
+  peak over live intervals instead of a sum (Lagrangian branch and bound), with
+  :func:`evaluate_peak` and :func:`brute_force_peak_frontier` (test oracle);
+* :mod:`.screen`: lower bounds per node config on a spanning-forest relaxation, the
+  configs they prove useless given known points, and the candidates of
+  ``track(candidates=...)``;
 * :mod:`.random_graphs`: random chains / DAGs for tests and benchmarks.
 """
 
-from . import random_graphs
+from . import random_graphs, screen
 from .algebra import combine_ragged, product, reduce, reduce_ragged, thin, union
 from .cost_graph import CostGraph, LayoutEdge, brute_force_frontier, evaluate
+from .peak import (
+    IntervalUsage,
+    PeakFrontier,
+    PeakOptimum,
+    brute_force_peak_frontier,
+    evaluate_peak,
+    min_time_under_peak,
+    peak_frontier,
+)
 from .scalar import ScalarOptimum, min_sum
 from .track import TrackedFrontier, track
 
@@ -32,5 +47,13 @@ __all__ = [
     "brute_force_frontier",
     "min_sum",
     "ScalarOptimum",
+    "IntervalUsage",
+    "PeakOptimum",
+    "PeakFrontier",
+    "evaluate_peak",
+    "brute_force_peak_frontier",
+    "min_time_under_peak",
+    "peak_frontier",
     "random_graphs",
+    "screen",
 ]

@@ -18,8 +18,16 @@ import numpy as np
 from .._random import as_generator
 from ..errors import InvalidInputError
 from .cost_graph import CostGraph, LayoutEdge
+from .peak import IntervalUsage
 
-__all__ = ["random_chain", "random_layered_dag", "random_small_dag", "random_cyclic_graph"]
+__all__ = [
+    "random_chain",
+    "random_layered_dag",
+    "random_small_dag",
+    "random_cyclic_graph",
+    "random_sparse_cyclic_graph",
+    "random_interval_usage",
+]
 
 
 def _check_int(name, x, lo):
@@ -304,3 +312,120 @@ def random_cyclic_graph(n_nodes=None, max_k=3, edge_prob=0.45, forbidden_prob=0.
             edges.append((u, v, cost))
         b.edges = edges
     return b.build()
+
+
+def _sentinels(b, rng, forbidden_prob):
+    """Set the cost 1e18 on that fraction of node configs (never config 0) and edge entries."""
+    for c in b.nodes:
+        bad = rng.uniform(size=c.shape[0]) < forbidden_prob
+        bad[0] = False
+        c[bad, int(rng.integers(0, 2))] = 1e18
+    edges = []
+    for u, v, cost in b.edges:
+        cost = np.array(cost)
+        cost[rng.uniform(size=cost.shape[:-1]) < forbidden_prob, int(rng.integers(0, 2))] = 1e18
+        edges.append((u, v, cost))
+    b.edges = edges
+
+
+def random_sparse_cyclic_graph(n_nodes, k, chord_prob=0.5, window=4, forbidden_prob=0.0, seed=None,
+                               integer_costs=False):
+    """A large sparse cost graph with many cycles of bounded width (scale benchmarks).
+
+    A ring through every node plus, for each node ``i``, with probability ``chord_prob``
+    a chord to node ``i + d`` (``d`` in 2..``window``, modulo ``n_nodes``) in a random
+    direction: every cycle stays local, so exact elimination stays narrow (the shape of
+    DNN sharding graphs, unlike uniform random graphs). Edges are dense ``(k, k)``
+    tables with one option; with ``forbidden_prob > 0`` that fraction of node configs
+    (config 0 excepted) and of edge entries gets the sentinel cost ``1e18``.
+
+    Parameters
+    ----------
+    n_nodes : int >= 3
+    k : int >= 1
+        Configs per node.
+    chord_prob : float in [0, 1]
+    window : int >= 2
+        Longest chord (in ring positions).
+    forbidden_prob : float in [0, 1)
+    seed : None, int or Generator
+    integer_costs : bool
+        Exact-in-float integer costs (for brute-force comparisons).
+
+    Examples
+    --------
+    >>> cg = random_sparse_cyclic_graph(50, 3, seed=0)
+    >>> cg.n_nodes, cg.acyclic
+    (50, False)
+    """
+    n_nodes = _check_int("n_nodes", n_nodes, 3)
+    k = _check_int("k", k, 1)
+    window = _check_int("window", window, 2)
+    if not 0 <= chord_prob <= 1:
+        raise InvalidInputError(f"chord_prob must be in [0, 1], got {chord_prob!r}")
+    if not 0 <= forbidden_prob < 1:
+        raise InvalidInputError(f"forbidden_prob must be in [0, 1), got {forbidden_prob!r}")
+    rng = as_generator(seed)
+    b = _Builder(rng, None, 1, integer_costs)
+    for _ in range(n_nodes):
+        b.node(k)
+    for i in range(n_nodes):
+        b.edge(i, (i + 1) % n_nodes)
+    for i in range(n_nodes):
+        if rng.uniform() < chord_prob:
+            j = (i + int(rng.integers(2, window + 1))) % n_nodes
+            if j != i:
+                b.edge(*((i, j) if rng.uniform() < 0.5 else (j, i)))
+    if forbidden_prob > 0:
+        _sentinels(b, rng, forbidden_prob)
+    return b.build()
+
+
+def random_interval_usage(cg, max_span=8, horizon=None, empty_prob=0.0, seed=None):
+    """Random live intervals for the nodes of ``cg``, using each config's memory as its usage.
+
+    Node ``i`` starts at a random step of ``[0, horizon)`` and lives for 1 to ``max_span``
+    steps (with probability ``empty_prob`` it is never live). Its usage per config is the
+    CostGraph's memory of that config (so usage trades against time as memory does), and a
+    random multiple of 1e6 bytes for a forbidden config.
+
+    Parameters
+    ----------
+    cg : CostGraph
+    max_span : int >= 1
+        Longest live interval (steps).
+    horizon : int >= 1 or None
+        Number of possible start steps; None: the number of nodes.
+    empty_prob : float in [0, 1]
+        Probability that a node is never live.
+    seed : None, int or Generator
+
+    Returns
+    -------
+    IntervalUsage
+
+    Examples
+    --------
+    >>> cg = random_cyclic_graph(5, seed=0)
+    >>> u = random_interval_usage(cg, seed=0)
+    >>> u.n_nodes
+    5
+    """
+    if not isinstance(cg, CostGraph):
+        raise InvalidInputError(f"cg must be a CostGraph, got {type(cg).__name__}")
+    max_span = _check_int("max_span", max_span, 1)
+    horizon = cg.n_nodes if horizon is None else _check_int("horizon", horizon, 1)
+    if not 0 <= empty_prob <= 1:
+        raise InvalidInputError(f"empty_prob must be in [0, 1], got {empty_prob!r}")
+    rng = as_generator(seed)
+    n = cg.n_nodes
+    start = rng.integers(0, horizon, size=n)
+    span = rng.integers(1, max_span + 1, size=n)
+    span[rng.uniform(size=n) < empty_prob] = 0
+    usage = []
+    for c in cg.node_costs:
+        mem = np.array(c[:, 0])
+        bad = ~np.isfinite(mem)
+        mem[bad] = rng.integers(0, 9, size=int(bad.sum())) * 1e6
+        usage.append(mem)
+    return IntervalUsage(start, start + span, tuple(usage))

@@ -56,15 +56,41 @@ class ScalarOptimum:
 
 
 def _weigh(mem, tim, lam):
-    """Scalar cost of (memory, time) arrays; +inf where either is +inf (forbidden)."""
+    """Cost of (memory, time) arrays with a trailing axis: ``(..., 1)`` holding
+    ``time + lam * memory``, or for ``lam = inf`` ``(..., 2)`` holding (memory, time), compared
+    lexicographically (least memory first, then least time); +inf where either is +inf."""
     bad = ~(np.isfinite(mem) & np.isfinite(tim))
     if math.isinf(lam):
-        out = np.array(mem, dtype=np.float64, copy=True)
+        out = np.stack([mem, tim], axis=-1).astype(np.float64)
     else:
         with np.errstate(invalid="ignore"):  # 0 * inf: forbidden entries are set below
-            out = tim + lam * mem
-    out = np.where(bad, np.inf, out)
+            out = (tim + lam * mem)[..., None]
+    out[bad] = np.inf
     return out
+
+
+_LEX_RTOL = 1e-12  # memory sums that differ only by rounding count as equal
+
+
+def _best(a, axis):
+    """Min over ``axis`` of costs with a trailing axis (:func:`_weigh`): lexicographic for pairs."""
+    if a.shape[-1] == 1:
+        return a.min(axis=axis)
+    first = a[..., 0].min(axis=axis)
+    with np.errstate(invalid="ignore"):
+        tie = a[..., 0] <= np.expand_dims(first + _LEX_RTOL * np.abs(first), axis)
+    second = np.where(tie, a[..., 1], np.inf).min(axis=axis)
+    return np.stack([first, second], axis=-1)
+
+
+def _argbest(a, axis):
+    """Index of the :func:`_best` entry along ``axis``."""
+    if a.shape[-1] == 1:
+        return a[..., 0].argmin(axis=axis)
+    first = a[..., 0].min(axis=axis)
+    with np.errstate(invalid="ignore"):
+        tie = a[..., 0] <= np.expand_dims(first + _LEX_RTOL * np.abs(first), axis)
+    return np.where(tie, a[..., 1], np.inf).argmin(axis=axis)
 
 
 def min_sum(cg, lam, max_entries=MAX_FACTOR_ENTRIES):
@@ -74,8 +100,9 @@ def min_sum(cg, lam, max_entries=MAX_FACTOR_ENTRIES):
     ----------
     cg : CostGraph
     lam : float >= 0 or inf
-        Weight of memory (seconds per byte). ``inf`` minimises memory alone (among
-        strategies of least memory, any one is returned, not necessarily the fastest).
+        Weight of memory (seconds per byte). ``inf`` minimises memory first and then
+        time: the fastest of the strategies of least memory (memory sums within a relative
+        1e-12 of each other count as equal, so that summation order does not decide).
     max_entries : int
         Refuse (``InvalidInputError``) when an intermediate factor would have more
         entries than this (the graph is too wide for exact variable elimination).
@@ -118,9 +145,9 @@ def min_sum(cg, lam, max_entries=MAX_FACTOR_ENTRIES):
         factors[i] = ((i,), (np.arange(K[i]),), _weigh(c[:, 0], c[:, 1], lam))
         of_var[i].add(i)
     for e, (u, v, smap, dmap, tab) in enumerate(cg._norm):
-        w = _weigh(tab[..., 0], tab[..., 1], lam)  # (A, B, R)
-        best = w.argmin(axis=2)
-        wmin = np.take_along_axis(w, best[..., None], axis=2)[..., 0]
+        w = _weigh(tab[..., 0], tab[..., 1], lam)  # (A, B, R, width)
+        best = _argbest(w, 2)
+        wmin = np.take_along_axis(w, best[..., None, None], axis=2)[:, :, 0]
         edge_opt.append((u, v, best, smap, dmap))
         fid = n + e
         factors[fid] = ((u, v), (smap, dmap), wmin)
@@ -130,6 +157,9 @@ def min_sum(cg, lam, max_entries=MAX_FACTOR_ENTRIES):
     for u, v, _ in cg.edges:
         nbrs[u].add(v)
         nbrs[v].add(u)
+
+    width = 2 if math.isinf(lam) else 1
+    total = np.zeros(width)
 
     def n_classes(fid, z):
         fv, maps, tab = factors[fid]
@@ -160,7 +190,6 @@ def min_sum(cg, lam, max_entries=MAX_FACTOR_ENTRIES):
 
     trace = []  # (x, factors it removed, representative configs of x) in elimination order
     next_id = n + cg.n_edges
-    total = 0.0
     while alive:
         while True:
             item = heapq.heappop(heap)
@@ -183,7 +212,7 @@ def min_sum(cg, lam, max_entries=MAX_FACTOR_ENTRIES):
                         of_var[z].add(next_id)
                     next_id += 1
                 else:
-                    total += float(sub)
+                    total = total + sub
             trace.append((x, popped, np.zeros(1, dtype=np.int64)))
             touched = set(nbrs[x])
             for z in nbrs[x]:
@@ -213,14 +242,14 @@ def min_sum(cg, lam, max_entries=MAX_FACTOR_ENTRIES):
             fv, maps, tab = factors.pop(f)
             sub = tab[np.ix_(*[maps[a][rep[z]] for a, z in enumerate(fv)])]
             pos = [scope.index(z) for z in fv]
-            sub = sub.transpose(np.argsort(pos))
-            subs.append(sub.reshape([shape[q] if scope[q] in fv else 1 for q in range(len(scope))]))
+            sub = sub.transpose(list(np.argsort(pos)) + [len(fv)])
+            subs.append(sub.reshape([shape[q] if scope[q] in fv else 1 for q in range(len(scope))] + [width]))
             for z in fv:
                 if z != x:
                     of_var[z].discard(f)
         # min over x, in slabs along the largest other axis (never the whole sum at once)
         q = 1 + int(np.argmax(shape[1:])) if len(shape) > 1 else 0
-        red = np.empty(shape[1:])
+        red = np.empty(shape[1:] + [width])
         step = max(1, _SLAB_ENTRIES // max(1, math.prod(shape) // max(shape[q], 1))) if q else 1
         for lo in range(0, shape[q] if q else 1, step):
             hi = lo + step
@@ -230,7 +259,7 @@ def min_sum(cg, lam, max_entries=MAX_FACTOR_ENTRIES):
                     sub = sub[(slice(None),) * q + (slice(lo, hi),)]
                 acc = acc + sub
             # x's own unary factor spans axis 0 and every other axis has a factor: acc is full
-            red[(slice(None),) * (q - 1) + (slice(lo, hi),) if q else ()] = acc.min(axis=0)
+            red[(slice(None),) * (q - 1) + (slice(lo, hi),) if q else ()] = _best(acc, 0)
         others = tuple(scope[1:])
         trace.append((x, popped, rep[x]))  # decoded later from the factors themselves
         if others:
@@ -241,20 +270,20 @@ def min_sum(cg, lam, max_entries=MAX_FACTOR_ENTRIES):
                 nbrs[z].update(w for w in others if w != z)
             next_id += 1
         else:
-            total += float(red)
+            total = total + red
         alive.discard(x)
         refresh(others)
         nbrs[x] = set()
         of_var[x] = set()
-    if not math.isfinite(total):
+    if not np.isfinite(total).all():
         raise InfeasibleError("every strategy of this cost graph uses a forbidden cost (>= FORBIDDEN_COST or +inf)")
     choices = np.zeros(n, dtype=np.int64)
     for x, popped, rep in reversed(trace):
         # every other node of these factors is decoded already: minimise over x alone
-        val = np.zeros(rep.shape[0])
+        val = np.zeros((rep.shape[0], width))
         for fv, maps, tab in popped:
             val = val + tab[tuple(maps[a][rep] if z == x else maps[a][choices[z]] for a, z in enumerate(fv))]
-        choices[x] = int(rep[int(np.argmin(val))])
+        choices[x] = int(rep[int(_argbest(val, 0))])
     edge_choices = np.zeros(cg.n_edges, dtype=np.int64)
     for e, (u, v, best, smap, dmap) in enumerate(edge_opt):
         edge_choices[e] = int(best[smap[choices[u]], dmap[choices[v]]])

@@ -38,7 +38,7 @@ import numpy as np
 
 from ..errors import InfeasibleError, InvalidInputError, MemoryLimitError
 from ..elimination.kernels import check_epsilon, resolve_threads
-from .cost_graph import CostGraph
+from .cost_graph import CostGraph, evaluate
 from .result import TrackedFrontier
 
 __all__ = ["TrackedFrontier", "track", "DEFAULT_MAX_MERGED_CONFIGS", "METHODS", "HEURISTIC_CHOICES"]
@@ -258,6 +258,92 @@ def _add_anchors(cg, mem, tim, ch, ech, stats, strict, max_bytes):
     return mem, tim, ch, ech
 
 
+_WIDEN_ROUNDS = 4  # local-move widenings of the candidate configs (each a small exact track)
+_MOVE_SAMPLE = 64  # frontier strategies moved from per widening
+_SWEEP_WEIGHTS = 4  # exact optima of time + lam * memory whose configs join the candidates
+
+
+def _run_candidates(cg, per_weight, kwargs, max_bytes):
+    """Track ``cg`` restricted to promising configs (see ``track(candidates=...)``).
+
+    Candidates, in three steps: the ``per_weight`` configs of least relaxation bound for each
+    weight of a grid (:mod:`.screen`); the configs of the exact optima of ``time + lam *
+    memory`` (:func:`min_sum`) for ``lam`` spread over the slopes of the frontier found so far,
+    and for ``lam = 0`` and ``inf``; then, while some one-node move from a frontier strategy
+    lands outside the region the frontier dominates, its config. The optima themselves are
+    united into the result. Returns ``(mem, time, choices, edge_choices, depth, stats, bounds,
+    keep)``."""
+    from .scalar import MAX_FACTOR_ENTRIES, min_sum
+    from .screen import improving_moves, lam_grid, relaxation_bounds, restrict, top_configs
+
+    t0 = _time.perf_counter()
+    rb = relaxation_bounds(cg, lam_grid(cg, 12))
+    keep = top_configs(rb, per_weight)
+    stats = {"bounds_seconds": _time.perf_counter() - t0}
+
+    def run(keep):
+        fr = track(restrict(cg, keep), anchors=False, **kwargs)
+        ch = np.stack([keep[i][fr.choices[:, i]] for i in range(cg.n_nodes)], axis=1)
+        return fr, ch
+
+    fr, ch = run(keep)
+    slopes = -np.diff(fr.time) / np.diff(fr.memory)
+    slopes = slopes[np.isfinite(slopes) & (slopes > 0)]
+    lams = [0.0, np.inf]
+    if slopes.size:
+        lams += list(np.geomspace(slopes.min(), 10 * slopes.max(), _SWEEP_WEIGHTS))
+    t0 = _time.perf_counter()
+    entries = max(1, min(MAX_FACTOR_ENTRIES, max_bytes // 64))
+    try:
+        optima = [min_sum(cg, lam, max_entries=entries) for lam in lams]
+    except InvalidInputError as exc:  # too wide for exact elimination: candidates from the bounds only
+        optima = []
+        stats["anchors"] = f"skipped: {exc}"
+    stats["anchor_seconds"] = _time.perf_counter() - t0
+    if optima:
+        keep = [np.union1d(k, [o.choices[i] for o in optima]) for i, k in enumerate(keep)]
+        fr, ch = run(keep)
+    rounds = 1
+    while rounds <= _WIDEN_ROUNDS:
+        pick = np.unique(np.round(np.linspace(0, len(fr) - 1, min(len(fr), _MOVE_SAMPLE))).astype(np.int64))
+        moves = improving_moves(cg, ch[pick], fr.edge_choices[pick], fr.memory[pick], fr.time[pick], fr.memory, fr.time)
+        grown = [np.union1d(k, m) for k, m in zip(keep, moves)]
+        if sum(g.size for g in grown) == sum(k.size for k in keep):
+            break
+        keep = grown
+        fr, ch = run(keep)
+        rounds += 1
+    ech = fr.edge_choices
+    if optima:
+        # one summation order for every point, so that a strategy found twice is one point
+        n0 = ch.shape[0]
+        ch = np.concatenate([ch, np.stack([o.choices for o in optima])])
+        ech = np.concatenate([ech, np.stack([o.edge_choices for o in optima]).reshape(len(optima), cg.n_edges)])
+        mem, tim = evaluate(cg, ch, ech)
+        mem, tim, ch, ech, kept = _union(mem[:n0], tim[:n0], ch[:n0], ech[:n0], mem[n0:], tim[n0:], ch[n0:], ech[n0:])
+        stats["anchors"] = int((kept >= n0).sum())
+    else:
+        mem, tim = fr.memory, fr.time
+    stats = {**fr.stats, **stats}
+    stats.update(candidate_configs=int(sum(k.size for k in keep)), candidate_rounds=rounds, epsilon=fr.epsilon,
+                 sweep_weights=len(lams))
+    return mem, tim, ch, ech, fr.epsilon_depth, stats, rb, keep
+
+
+def _certify(cg, rb, keep, mem, tim, stats):
+    """Count the configs outside ``keep`` that the bounds cannot rule out (0: proven exact)."""
+    from .screen import screen_out
+
+    drop = screen_out(rb, mem, tim)
+    unproven = 0
+    for i, d in enumerate(drop):
+        outside = np.ones(d.shape[0], dtype=bool)
+        outside[keep[i]] = False
+        unproven += int((outside & ~d).sum())
+    stats["unproven_configs"] = unproven
+    return unproven
+
+
 def track(
     cg: CostGraph,
     method: Literal["ldp", "elimination"] = "ldp",
@@ -270,6 +356,7 @@ def track(
     max_memory: int | None = None,
     on_memory_limit: Literal["epsilon", "raise"] = "epsilon",
     progress=None,
+    candidates: int | None = None,
 ) -> TrackedFrontier:
     """Track the cost frontier of a CostGraph (TensorOpt Alg. 2, FT).
 
@@ -321,6 +408,14 @@ def track(
         heuristic), ``nodes_left``, ``nodes``, ``points`` (frontier points produced so far),
         ``elapsed_s`` and ``estimate_left_s`` (linear in the nodes eliminated; None when
         unknown).
+    candidates : int or None
+        None: track the whole graph. An int ``r``: track only promising configs (for
+        every weight ``lam`` of a grid, the ``r`` configs of least lower bound of
+        ``time + lam * memory`` on a spanning-forest relaxation, see :mod:`.screen`),
+        widened while one-node moves from frontier strategies improve the frontier; much
+        faster on wide graphs, approximate. ``stats["unproven_configs"]`` counts the
+        configs left out that the bounds could not prove useless (0: the result is the exact
+        frontier; then ``exact`` must also hold for the restricted run).
 
     Returns
     -------
@@ -374,6 +469,18 @@ def track(
             limit_bytes=int(max_memory),
         )
     t0 = _time.perf_counter()
+    if candidates is not None:
+        if isinstance(candidates, bool) or not isinstance(candidates, (int, np.integer)) or candidates < 1:
+            raise InvalidInputError(f"candidates must be None or an integer >= 1, got {candidates!r}")
+        kwargs = dict(method=method, exact=exact, epsilon=eps, threads=threads, max_merged_configs=max_merged_configs,
+                      heuristic=heuristic, max_memory=max_memory, on_memory_limit=on_memory_limit, progress=progress)
+        mem, tim, ch, ech, depth, stats, rb, keep = _run_candidates(cg, int(candidates), kwargs, int(max_memory))
+        _certify(cg, rb, keep, mem, tim, stats)
+        return TrackedFrontier(
+            memory=mem, time=tim, choices=ch, edge_choices=ech, method=method, exact=bool(exact),
+            epsilon=stats.get("epsilon", eps), epsilon_depth=int(depth), n_heuristic=int(stats["heuristic"]),
+            n_branch=int(stats["branch"]), seconds=_time.perf_counter() - t0, stats=stats,
+        )
     first = "min_memory" if heuristic in ("auto", "min_memory") else "weighted"
     retries = []
     while True:

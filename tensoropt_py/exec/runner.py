@@ -733,7 +733,9 @@ def tracked_peak(ex: Executor, step: int) -> float | None:
     weights = [p.detach().clone() for p in ex.params]
     state = copy.deepcopy(ex.opt.state_dict())
     mt = MemTracker()
-    mt.track_external(*ex.params, ex.opt, *[v for v in ex.views.values() if isinstance(v, torch.Tensor)])
+    # the optimizer's own parameters (bf16-mixed: fp32 masters) are not in ex.params
+    stepped = [p for grp in ex.opt.param_groups for p in grp["params"]]
+    mt.track_external(*ex.params, *stepped, ex.opt, *[v for v in ex.views.values() if isinstance(v, torch.Tensor)])
     with mt:
         ex.step(step)
     peak = mt.get_tracker_snapshot("peak")

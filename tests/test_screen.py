@@ -1,0 +1,164 @@
+"""Config screening (engine/screen.py) and ``track(candidates=...)`` against brute force."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from tensoropt_py.engine import CostGraph, brute_force_frontier, evaluate, min_sum, track
+from tensoropt_py.engine.random_graphs import random_chain, random_cyclic_graph, random_small_dag
+from tensoropt_py.engine.screen import (improving_moves, lam_grid, relaxation_bounds, restrict, screen_out,
+                                        top_configs)
+from tensoropt_py.errors import InvalidInputError
+
+LAMS = np.array([0.0, 1e-3, 0.1, 1.0, 10.0])
+
+
+def _graph(seed):
+    if seed % 3 == 0:
+        return random_small_dag(seed=seed)
+    if seed % 3 == 1:
+        return random_cyclic_graph(seed=seed, forbidden_prob=0.05)
+    return random_chain(5, 3, options=2, seed=seed)
+
+
+def _all_strategies(cg):
+    """Every strategy with its best options per objective row is too many; enumerate
+    configs and options jointly (small graphs only)."""
+    ranges = [range(k) for k in cg.n_configs] + [range(cg.n_options(e)) for e in range(cg.n_edges)]
+    rows = np.array(list(itertools.product(*ranges)), dtype=np.int64)
+    ch, ech = rows[:, :cg.n_nodes], rows[:, cg.n_nodes:]
+    mem, tim = evaluate(cg, ch, ech)
+    return ch, ech, mem, tim
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_bounds_are_lower_bounds_of_min_marginals(seed):
+    cg = _graph(seed)
+    ch, _, mem, tim = _all_strategies(cg)
+    rb = relaxation_bounds(cg, LAMS)
+    ok = np.isfinite(mem) & np.isfinite(tim)
+    for i, b in enumerate(rb.bounds):
+        assert b.shape == (LAMS.size + 1, cg.n_configs[i])
+        for k in range(cg.n_configs[i]):
+            sel = ok & (ch[:, i] == k)
+            for row, lam in enumerate(LAMS):
+                exact = (tim[sel] + lam * mem[sel]).min() if sel.any() else np.inf
+                assert b[row, k] <= exact * (1 + 1e-12) + 1e-12
+            exact_mem = mem[sel].min() if sel.any() else np.inf
+            assert b[-1, k] <= exact_mem * (1 + 1e-12) + 1e-12
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_bounds_are_exact_on_trees(seed):
+    cg = random_chain(6, 3, options=2, seed=seed)  # a chain is its own spanning tree
+    ch, _, mem, tim = _all_strategies(cg)
+    rb = relaxation_bounds(cg, LAMS)
+    assert rb.tree_edges.all()
+    ok = np.isfinite(mem) & np.isfinite(tim)
+    for i, b in enumerate(rb.bounds):
+        for k in range(cg.n_configs[i]):
+            sel = ok & (ch[:, i] == k)
+            for row, lam in enumerate(LAMS):
+                assert b[row, k] == pytest.approx((tim[sel] + lam * mem[sel]).min(), rel=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_screening_keeps_the_exact_frontier(seed):
+    cg = _graph(seed)
+    bf = brute_force_frontier(cg)
+    if len(bf) == 0:
+        return
+    rng = np.random.default_rng(seed)
+    # achievable points: a few random strategies and a few exact single-objective optima
+    ch = np.stack([rng.integers(0, k, size=8) for k in cg.n_configs], axis=1)
+    mem, tim = evaluate(cg, ch)
+    opts = [min_sum(cg, lam) for lam in (0.0, 0.5, np.inf)]
+    mem = np.concatenate([mem, [o.memory for o in opts]])
+    tim = np.concatenate([tim, [o.time for o in opts]])
+    fin = np.isfinite(mem) & np.isfinite(tim)
+    mem, tim = mem[fin], tim[fin]
+    drop = screen_out(relaxation_bounds(cg, lam_grid(cg, 6)), mem, tim)
+    keep = [np.nonzero(~d)[0] for d in drop]
+    if any(k.size == 0 for k in keep):  # every strategy is dominated by the given points
+        sub_m, sub_t = np.array([]), np.array([])
+    else:
+        sub = brute_force_frontier(restrict(cg, keep))
+        sub_m, sub_t = sub.memory, sub.time
+    m = np.concatenate([sub_m, mem])
+    t = np.concatenate([sub_t, tim])
+    order = np.lexsort((t, m))
+    m, t = m[order], t[order]
+    front = t < np.minimum.accumulate(np.concatenate([[np.inf], t[:-1]]))
+    np.testing.assert_allclose(m[front], bf.memory, rtol=1e-12)
+    np.testing.assert_allclose(t[front], bf.time, rtol=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_no_move_improves_the_exact_frontier(seed):
+    cg = _graph(seed)
+    bf = brute_force_frontier(cg)
+    if len(bf) == 0:
+        return
+    moves = improving_moves(cg, bf.choices, bf.edge_choices, bf.memory, bf.time, bf.memory, bf.time)
+    assert all(m.size == 0 for m in moves)
+
+
+def test_moves_find_a_better_config():
+    # node 1's config 1 is better in both costs; the frontier of config 0 alone is beaten
+    cg = CostGraph([np.array([[1.0, 1.0]]), np.array([[2.0, 2.0], [1.0, 1.0]])], [(0, 1, np.zeros((1, 2, 2)))])
+    ch = np.array([[0, 0]])
+    m, t = evaluate(cg, ch)
+    moves = improving_moves(cg, ch, np.zeros((1, 1), dtype=np.int64), m, t, m, t)
+    assert moves[0].tolist() == [] and moves[1].tolist() == [1]
+
+
+def test_top_configs_and_restrict():
+    cg = random_chain(4, 5, seed=3)
+    keep = top_configs(relaxation_bounds(cg, [0.0, 1.0]), 1)
+    assert all(1 <= k.size <= 3 for k in keep)  # at most one per row (time, time + memory, memory)
+    sub = restrict(cg, keep)
+    assert sub.n_configs == tuple(k.size for k in keep) or list(sub.n_configs) == [k.size for k in keep]
+    ch = np.zeros((1, cg.n_nodes), dtype=np.int64)
+    full = np.array([[k[0] for k in keep]])
+    assert evaluate(sub, ch) == pytest.approx(evaluate(cg, full))
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_track_with_candidates(seed):
+    cg = _graph(seed)
+    bf = brute_force_frontier(cg)
+    if len(bf) == 0:
+        return
+    fr = track(cg, exact=True, candidates=1)
+    m, t = evaluate(cg, fr.choices, fr.edge_choices)
+    np.testing.assert_allclose(m, fr.memory, rtol=1e-9)
+    np.testing.assert_allclose(t, fr.time, rtol=1e-9)
+    assert np.all(np.diff(fr.memory) > 0) and np.all(np.diff(fr.time) < 0)
+    # both ends are exact (the optima for lam = 0 and inf are in the candidates)
+    assert fr.time.min() == pytest.approx(bf.time.min(), rel=1e-12)
+    assert fr.memory.min() == pytest.approx(bf.memory.min(), rel=1e-12)
+    # every point is weakly dominated by the exact frontier
+    for mm, tt in zip(fr.memory, fr.time):
+        assert (bf.time[bf.memory <= mm * (1 + 1e-12)] <= tt * (1 + 1e-12)).any()
+    if fr.stats["unproven_configs"] == 0:  # proven: the exact frontier itself
+        np.testing.assert_allclose(fr.memory, bf.memory, rtol=1e-12)
+        np.testing.assert_allclose(fr.time, bf.time, rtol=1e-12)
+    # enough candidates for every config: the exact frontier
+    full = track(cg, exact=True, candidates=max(cg.n_configs))
+    np.testing.assert_allclose(full.memory, bf.memory, rtol=1e-12)
+    np.testing.assert_allclose(full.time, bf.time, rtol=1e-12)
+    assert full.stats["unproven_configs"] == 0
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "4"])
+def test_bad_candidates(bad):
+    with pytest.raises(InvalidInputError, match="candidates"):
+        track(random_chain(3, 2, seed=0), candidates=bad)
+
+
+def test_bad_lams():
+    cg = random_chain(3, 2, seed=0)
+    for lams in ([1.0], [], [0.0, -1.0], [0.0, np.inf]):
+        with pytest.raises(InvalidInputError, match="lams"):
+            relaxation_bounds(cg, lams)
