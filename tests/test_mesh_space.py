@@ -171,3 +171,11 @@ def test_cli_meshes_option(capsys, tmp_path):
         cli.main(["frontier", "--model", "mlp", "--cluster", "cpu-1x4", "--meshes", "flat"])
     assert exc.value.code == 2
     assert "--meshes: invalid choice: 'flat'" in capsys.readouterr().err
+
+
+def test_find_strategy_passes_the_space_on():
+    plan = to.find_strategy("mlp", "v100-2x8", devices=8, meshes="hierarchical")
+    assert plan.meshes == "hierarchical"
+    assert to.find_strategy("mlp", "v100-2x8", devices=8, meshes="all").meshes == "all"
+    with pytest.raises(InvalidInputError, match="unknown mesh space 'flat'"):
+        to.find_strategy("mlp", "v100-2x8", devices=8, meshes="flat")
