@@ -13,6 +13,13 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   ``threads=1, 2, ...`` (``--threads``), epsilon 1e-3;
 * ``cyclic``: random cyclic graphs with 1e18 sentinels: exact ``track`` (both methods)
   vs brute force (count of identical frontiers) and ``min_sum`` vs brute force;
+* ``mesh_loss``: what the hierarchical mesh space (``meshes="hierarchical"``,
+  :mod:`tensoropt_py.space.mesh`) loses where the full space is computable:
+  ``min(time + lam * memory)`` (additive memory) in both spaces for several ``lam``
+  (``lam = 0``: the fastest strategy; ``inf``: the least memory) and the relative gaps, on
+  the one-layer zoo Transformer at 16 devices of ``v100-2x8`` (exact optima,
+  :func:`~tensoropt_py.engine.min_sum`) and, with ``--llama-loss``, a two-layer Llama-8B
+  at 8 devices of ``h100-4x8`` (the default frontiers' minima: too wide for ``min_sum``);
 * ``interval_peak``: memory as a peak over live intervals (IOPDDL-style), on random cyclic
   graphs with 1e18 sentinels: (a) small graphs, ``peak_frontier`` and
   ``min_time_under_peak`` (at the midpoints between frontier peaks) vs brute force (count of
@@ -27,11 +34,16 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   per weight of the relaxation bounds, tracked with epsilon 1e-3 and 0: where the time goes
   once configs are few (frontier points);
 * ``llama``: a Llama-3-8B-shaped model (32 layers, hidden 4096, GQA 32/8, FFN 14336,
-  vocab 128256, batch 32 x 2048) imported from Hugging Face on the meta device, tracked
-  on 32 devices of ``h100-4x8`` and 64 of ``h100-8x8`` with ``max_memory=--max-memory``.
+  vocab 128256, batch 32 x 2048) imported from Hugging Face on the meta device, built
+  with the default mesh space (hierarchical past 16 devices) and tracked with default
+  settings and ``max_memory=--max-memory`` on 32 devices of ``h100-4x8`` and 64 of
+  ``h100-8x8`` (``--llama-devices``; ``--llama-layers`` for a shallower model): import,
+  build and track seconds, configurations per operator, points, peak table bytes, peak
+  resident memory.
 
-Usage: python benchmarks/bench_scale.py [--cases transformer16_track fastest threads cyclic interval_peak candidates candidates_depth llama]
-       [--timeout 600] [--threads 1 2] [--thread-devices 8] [--max-memory 4e9]
+Usage: python benchmarks/bench_scale.py [--cases transformer16_track fastest threads cyclic interval_peak candidates
+       candidates_depth mesh_loss llama] [--timeout 600] [--threads 1 2] [--thread-devices 8] [--max-memory 4e9]
+       [--candidate-graphs 1x16] [--llama-devices 32 64] [--llama-layers 32] [--llama-loss]
 """
 
 from __future__ import annotations
@@ -110,6 +122,47 @@ for seed in range(200):
 out(case="cyclic", graphs=n, infeasible=infeasible, same_ldp=same["ldp"], same_elimination=same["elimination"],
     min_sum_ok=ms_ok, brute_s=tb, track_s=tt)
 """,
+    "mesh_loss": r"""
+import warnings
+from tensoropt_py.engine.scalar import min_sum
+# (name, model, preset, devices, how): "min_sum" = exact optima; "track" = the default frontier's minima
+# (min_sum cannot eliminate the Llama graph: a factor of 7e9 entries)
+cases = [("transformer@16", lambda: zoo.transformer(layers=1), "v100-2x8", 16, "min_sum")]
+if {llama_loss}:
+    def llama2():
+        import torch, transformers
+        from tensoropt_py.graph import from_torch
+        cfg = transformers.LlamaConfig(num_hidden_layers=2, hidden_size=4096, num_attention_heads=32,
+                                       num_key_value_heads=8, intermediate_size=14336, vocab_size=128256,
+                                       max_position_embeddings=2048, use_cache=False)
+        with torch.device("meta"):
+            model = transformers.LlamaForCausalLM(cfg)
+        ids = torch.zeros((32, 2048), dtype=torch.long, device="meta")
+        return from_torch(model, kwargs={{"input_ids": ids, "labels": ids}})
+    cases.append(("llama2@8", llama2, "h100-4x8", 8, "track"))
+lams = [0.0, 1e-12, 1e-11, 1e-10, 1e-9, float("inf")]
+for name, make, preset, n, how in cases:
+    g, cl = make(), to.Cluster.preset(preset)
+    res = {{}}
+    for space in ("all", "hierarchical"):
+        t0 = time.perf_counter(); mcg = build_cost_graph(g, cl, n, meshes=space); tb = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        if how == "min_sum":
+            best = [min_sum(mcg.cost_graph, lam).value for lam in lams[:-1]] + [min_sum(mcg.cost_graph, lams[-1]).memory]
+            points = None
+        else:
+            fr = track(mcg.cost_graph)
+            best = [float((fr.time + lam * fr.memory).min()) for lam in lams[:-1]] + [float(fr.memory.min())]
+            points = len(fr)
+        ts = time.perf_counter() - t0
+        res[space] = best
+        out(case="mesh_loss", model=name, devices=n, meshes=space, how=how, max_configs=max(mcg.cost_graph.n_configs),
+            build_s=tb, solve_s=ts, points=points, fastest_s=best[0], least_memory_gb=best[-1] / 1e9)
+    gaps = [(h - a) / a for a, h in zip(res["all"], res["hierarchical"])]
+    worst = int(np.argmax(gaps))
+    out(case="mesh_loss_gap", model=name, devices=n, how=how, lams=lams, rel_gaps=gaps, worst_gap=gaps[worst],
+        worst_lam=lams[worst], fastest_gap=gaps[0], least_memory_gap=gaps[-1])
+""",
     "interval_peak": r"""
 from tensoropt_py.engine import brute_force_peak_frontier, evaluate_peak, min_time_under_peak, peak_frontier
 from tensoropt_py.engine.random_graphs import random_cyclic_graph, random_interval_usage, random_sparse_cyclic_graph
@@ -186,19 +239,24 @@ for r in (1, 2):
             intermediate_points=fr.stats["points"])
 """,
     "llama": r"""
+import resource, warnings
 import torch, transformers
 from tensoropt_py.graph import from_torch
+from tensoropt_py.errors import SearchSpaceWarning
+warnings.simplefilter("ignore", SearchSpaceWarning)  # auto restricts past 16 devices; the result says so
 t0 = time.perf_counter()
-cfg = transformers.LlamaConfig(num_hidden_layers=32, hidden_size=4096, num_attention_heads=32, num_key_value_heads=8,
+cfg = transformers.LlamaConfig(num_hidden_layers={llama_layers}, hidden_size=4096, num_attention_heads=32, num_key_value_heads=8,
                                intermediate_size=14336, vocab_size=128256, max_position_embeddings=2048, use_cache=False)
 with torch.device("meta"):
     model = transformers.LlamaForCausalLM(cfg)
 ids = torch.zeros((32, 2048), dtype=torch.long, device="meta")
 g = from_torch(model, kwargs={{"input_ids": ids, "labels": ids}})
-out(case="llama_import", seconds=time.perf_counter() - t0)
-for preset, devices in (("h100-4x8", 32), ("h100-8x8", 64)):
-    t0 = time.perf_counter(); cg = build_cost_graph(g, to.Cluster.preset(preset), devices).cost_graph; tb = time.perf_counter() - t0
-    out(case="llama_build", devices=devices, seconds=tb, graph=str(cg))
+out(case="llama_import", layers={llama_layers}, seconds=time.perf_counter() - t0, operators=len(g.operators))
+for preset, devices in {llama_runs}:
+    t0 = time.perf_counter(); mcg = build_cost_graph(g, to.Cluster.preset(preset), devices); tb = time.perf_counter() - t0
+    cg = mcg.cost_graph
+    out(case="llama_build", devices=devices, meshes=mcg.meshes, seconds=tb, graph=str(cg),
+        max_configs=max(cg.n_configs), rss_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6)
     t0 = time.perf_counter()
     try:
         fr = track(cg, max_memory={max_memory})
@@ -206,9 +264,10 @@ for preset, devices in (("h100-4x8", 32), ("h100-8x8", 64)):
         out(case="llama", devices=devices, error=f"{{type(exc).__name__}}: {{exc}}"[:300], seconds=time.perf_counter() - t0)
         continue
     st = fr.stats
-    out(case="llama", devices=devices, seconds=time.perf_counter() - t0, points=len(fr), epsilon=fr.epsilon,
-        bound=fr.memory_bound_factor, heuristic=fr.n_heuristic, anchors=str(st.get("anchors"))[:80],
+    out(case="llama", devices=devices, meshes=mcg.meshes, seconds=time.perf_counter() - t0, points=len(fr),
+        epsilon=fr.epsilon, bound=fr.memory_bound_factor, heuristic=fr.n_heuristic, anchors=str(st.get("anchors"))[:80],
         retries=st.get("memory_limit_retries"), peak_gib=st["peak_table_bytes"] / 2**30,
+        rss_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
         fastest=[float(fr.memory[-1]), float(fr.time[-1])], smallest=[float(fr.memory[0]), float(fr.time[0])])
 """,
 }
@@ -237,13 +296,19 @@ def main(argv=None):
     ap.add_argument("--track-threads", type=int, default=None, help="threads of the transformer16_track case")
     ap.add_argument("--thread-devices", type=int, default=8)
     ap.add_argument("--max-memory", type=float, default=4e9)
+    ap.add_argument("--llama-devices", type=int, nargs="+", default=[32, 64], choices=(32, 64),
+                    help="device counts of the llama case (32: h100-4x8, 64: h100-8x8)")
+    ap.add_argument("--llama-layers", type=int, default=32, help="decoder layers of the llama case (Llama-3-8B: 32)")
+    ap.add_argument("--llama-loss", action="store_true", help="add the two-layer Llama to the mesh_loss case")
     ap.add_argument("--candidate-graphs", default="1x16",
                     help="LAYERSxDEVICES of the Transformers of the candidates case, comma-separated")
     args = ap.parse_args(argv)
+    presets = {32: "h100-4x8", 64: "h100-8x8"}
     for case in args.cases:
         code = _PRE.format(root=ROOT) + CASES[case].format(
             threads=args.track_threads, threads_list=list(args.threads), devices=args.thread_devices,
-            max_memory=int(args.max_memory),
+            max_memory=int(args.max_memory), llama_loss=bool(args.llama_loss), llama_layers=int(args.llama_layers),
+            llama_runs=tuple((presets[n], n) for n in args.llama_devices),
             candidate_graphs=[tuple(map(int, x.split("x"))) for x in args.candidate_graphs.split(",")])
         print(f"# {case}", flush=True)
         run(code, args.timeout)

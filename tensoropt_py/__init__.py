@@ -20,6 +20,7 @@ from .errors import (
     CostGraphError,
     InfeasibleError,
     InvalidInputError,
+    SearchSpaceWarning,
     TensorOptError,
     UnsupportedOperatorError,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "InfeasibleError",
     "UnsupportedOperatorError",
     "CalibrationError",
+    "SearchSpaceWarning",
     "__version__",
 ]
 

@@ -25,6 +25,7 @@ from .errors import InfeasibleError, InvalidInputError
 from .inputs import check_devices, device_counts, load_cluster, load_model, parse_memory_cap
 from .cost.training import Precision, check_training_options
 from .model_frontier import Frontier, Method, compute_frontier, turning_point
+from .space.mesh import MeshSpace, check_meshes, resolve_meshes
 from .units import MEMORY_UNITS, TIME_UNITS, describe_bytes, display_unit
 
 __all__ = ["frontier", "find_strategy", "Frontier", "Profile", "load_model", "load_cluster", "turning_point",
@@ -81,6 +82,7 @@ def frontier(
     optimizer: str = "adam",
     mesh_tensorflow: bool = False,
     max_configs: int | None = None,
+    meshes: MeshSpace = "auto",
     cache: bool = True,
     cache_dir=None,
     progress: bool | None = None,
@@ -117,6 +119,14 @@ def frontier(
         Restrict the space to Mesh-TensorFlow's (one machine-shaped mesh for every operator).
     max_configs : int, optional
         Keep at most this many configurations per operator (the fastest); None keeps all.
+    meshes : {"auto", "all", "hierarchical"}
+        The device meshes an operator may use (:mod:`tensoropt_py.space.mesh`, "Mesh
+        spaces"). ``"all"``: every ordered factorisation of the device count (the exact
+        space; over a thousand configurations per operator past 16 devices).
+        ``"hierarchical"``: the flat mesh and the two-axis meshes whose inner axis stays
+        inside a machine (tens of configurations). ``"auto"``: ``"all"`` up to 16 devices,
+        ``"hierarchical"`` beyond, with a :class:`~tensoropt_py.errors.SearchSpaceWarning`.
+        The result's ``meshes`` says which space was searched.
     cache : bool
         Reuse a frontier computed before for the same model, cluster, devices and options
         (kept in memory for this process; see :func:`clear_cache`).
@@ -154,6 +164,8 @@ def frontier(
     >>> ext = to.frontier("mlp", "cpu-1x4", devices=4, recompute=True, shard_optimizer=True)
     >>> ext.recompute, bool(ext.time.min() <= fr.time.min() * (1 + 1e-12))  # a larger space: never slower
     (True, True)
+    >>> fr.meshes, to.frontier("mlp", "cpu-1x4", devices=4, meshes="hierarchical").meshes
+    ('all', 'hierarchical')
     """
     from .progress import Progress
 
@@ -161,11 +173,14 @@ def frontier(
     cl = load_cluster(cluster)
     devices = cl.num_devices if devices is None else check_devices(devices, cl)
     training = check_training_options(recompute, shard_optimizer, precision, optimizer=optimizer, cluster=cl)
+    meshes = check_meshes(meshes)
     options = dict(method=method, exact=bool(exact), epsilon=float(epsilon), optimizer=optimizer,
                    mesh_tensorflow=bool(mesh_tensorflow), max_configs=max_configs)
+    # keyed by the space searched: "auto" shares its frontier with the space it resolves to
     key = _cache_key(graph, cl, devices, {**options, "recompute": training.recompute,
                                           "shard_optimizer": training.shard_optimizer,
-                                          "precision": training.precision})
+                                          "precision": training.precision,
+                                          "meshes": resolve_meshes(meshes, devices)})
     if cache and key in _CACHE:
         _CACHE.move_to_end(key)
         return _CACHE[key]
@@ -178,10 +193,11 @@ def frontier(
 
             loaded = Frontier.from_json(path)
             mcg = build_cost_graph(graph, cl, devices, optimizer=optimizer, mesh_tensorflow=mesh_tensorflow,
-                                   max_configs=max_configs, training=training)
+                                   max_configs=max_configs, training=training, meshes=meshes)
             fr = replace(loaded, model_cost_graph=mcg)
         else:
-            fr = compute_frontier(graph, cl, devices, threads=threads, progress=reporter, training=training, **options)
+            fr = compute_frontier(graph, cl, devices, threads=threads, progress=reporter, training=training,
+                                  meshes=meshes, **options)
             if path is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 fr.to_json(path)
@@ -258,6 +274,7 @@ def find_strategy(
     threads: int | None = None,
     optimizer: str = "adam",
     max_configs: int | None = None,
+    meshes: MeshSpace = "auto",
     refine: Literal["mcmc"] | None = None,
     budget=None,
     seed=None,
@@ -283,7 +300,7 @@ def find_strategy(
         device count (``devices``: list, default all counts).
     memory_cap : float or str, optional
         Bytes per device or a string like ``"14.5GB"``; default device memory / 1.1.
-    example_inputs, method, exact, epsilon, threads, optimizer, max_configs, cache, cache_dir, progress
+    example_inputs, method, exact, epsilon, threads, optimizer, max_configs, meshes, cache, cache_dir, progress
     recompute, shard_optimizer, precision
         As in :func:`frontier` (every device count's frontier is cached, so asking again
         with another cap or option costs no tracking).
@@ -322,6 +339,7 @@ def find_strategy(
         raise InvalidInputError(f"option must be one of {OPTIONS}, got {option!r}")
     if refine not in (None, "mcmc"):
         raise InvalidInputError(f"refine must be None or 'mcmc', got {refine!r}")
+    meshes = check_meshes(meshes)
     graph = load_model(model, example_inputs)
     cl = load_cluster(cluster)
     cap = parse_memory_cap(memory_cap, cl)
@@ -332,7 +350,8 @@ def find_strategy(
                                 f"with recompute={recompute!r}, shard_optimizer={shard_optimizer!r}, "
                                 f"precision={precision!r}")
     kw = dict(method=method, exact=exact, epsilon=epsilon, threads=threads, optimizer=optimizer,
-              max_configs=max_configs, cache=cache, cache_dir=cache_dir, progress=progress, recompute=recompute,
+              max_configs=max_configs, meshes=meshes, cache=cache, cache_dir=cache_dir, progress=progress,
+              recompute=recompute,
               shard_optimizer=shard_optimizer, precision=precision)
 
     if refine is not None and budget is not None:

@@ -15,6 +15,7 @@ from .cost.optimizer import OPTIMIZERS
 from .cost.training import PRECISIONS
 from .errors import InfeasibleError, TensorOptError
 from .inputs import load_cluster, parse_memory_cap
+from .space.mesh import AUTO_ALL_MAX_DEVICES, MESH_SPACES
 
 __all__ = ["main"]
 
@@ -39,6 +40,10 @@ def _add_common(p, *, devices_many=False):
                    help="also offer every parameter operator sharded optimizer state (ZeRO-1 over its replicas)")
     p.add_argument("--precision", choices=tuple(PRECISIONS), default="32-true",
                    help="training precision (default 32-true; bf16-mixed needs the device's bf16 rate)")
+    p.add_argument("--meshes", choices=MESH_SPACES, default="auto",
+                   help="device meshes per operator: every mesh (all), the flat mesh and two-axis meshes whose inner "
+                        f"axis stays in a machine (hierarchical), or all up to {AUTO_ALL_MAX_DEVICES} devices and "
+                        "hierarchical beyond (auto, the default)")
     p.add_argument("--threads", type=int, default=None, help="engine worker threads (default: all cores)")
     p.add_argument("--cache-dir", default=None,
                    help="keep frontiers in this folder and reuse them (same model, cluster, devices, options)")
@@ -112,7 +117,7 @@ def _default_devices(args, cluster):
 def _frontier_options(args):
     return dict(method=args.method, exact=args.exact, epsilon=args.epsilon, optimizer=args.optimizer,
                 threads=args.threads, cache_dir=args.cache_dir, progress=not args.quiet, recompute=args.recompute,
-                shard_optimizer=args.shard_optimizer, precision=args.precision)
+                shard_optimizer=args.shard_optimizer, precision=args.precision, meshes=args.meshes)
 
 
 def _cmd_frontier(args):
@@ -125,7 +130,7 @@ def _cmd_frontier(args):
     fr = api.frontier(args.model, cluster, _default_devices(args, cluster), **_frontier_options(args))
     print(fr)
     print(f"cost graph built in {fr.seconds['build']:.2f} s, frontier tracked in {fr.seconds['track']:.2f} s "
-          f"({fr.accuracy})")
+          f"({fr.accuracy}; {fr.meshes} meshes searched)")
     try:
         picked = fr.index_under(cap)
     except TensorOptError as exc:

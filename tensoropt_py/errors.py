@@ -3,6 +3,8 @@
 Every error the library raises on purpose derives from :class:`TensorOptError`, so
 callers can catch the library's errors without catching unrelated ones. Errors
 about bad input also derive from :class:`ValueError` so that generic handlers work.
+:class:`SearchSpaceWarning` is the one warning category: the library narrowed a search on
+its own.
 """
 
 __all__ = [
@@ -13,6 +15,7 @@ __all__ = [
     "UnsupportedOperatorError",
     "CalibrationError",
     "MemoryLimitError",
+    "SearchSpaceWarning",
 ]
 
 
@@ -68,3 +71,7 @@ class MemoryLimitError(TensorOptError, MemoryError):
         super().__init__(message)
         self.used_bytes = used_bytes
         self.limit_bytes = limit_bytes
+
+
+class SearchSpaceWarning(UserWarning):
+    """The library restricted the search space on its own (the result says which space it searched)."""

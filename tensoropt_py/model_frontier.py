@@ -19,6 +19,7 @@ import numpy as np
 
 from .errors import InfeasibleError, InvalidInputError
 from .plan import Plan, plan_from_choices, read_json
+from .space.mesh import MeshSpace
 from .units import MEMORY_UNITS, TIME_UNITS, describe_bytes, display_unit, parse_bytes
 
 __all__ = ["Frontier", "compute_frontier", "turning_point", "Method", "FRONTIER_FORMAT"]
@@ -86,6 +87,10 @@ class Frontier:
         Whether the space held recomputed / sharded-state configurations.
     precision : {"32-true", "bf16-mixed"}
         The training precision the costs assume (:mod:`tensoropt_py.cost.training`).
+    meshes : {"all", "hierarchical"}
+        The mesh space searched (:mod:`tensoropt_py.space.mesh`; ``"auto"`` resolved).
+    meshes_restricted : bool
+        Whether that space leaves out meshes of the full space (then ``exact`` is False).
     """
 
     memory: np.ndarray
@@ -108,6 +113,8 @@ class Frontier:
     recompute: bool = False
     shard_optimizer: bool = False
     precision: str = "32-true"
+    meshes: str = "all"
+    meshes_restricted: bool = False
 
     @property
     def cost_graph(self):
@@ -220,6 +227,8 @@ class Frontier:
                        "of the exact frontier's at equal time")
         if self.heuristic_eliminations:
             why.append(f"{self.heuristic_eliminations} heuristic eliminations")
+        if self.meshes_restricted:
+            why.append(f"{self.meshes} meshes only")
         return "approximate: " + (", ".join(why) if why else "restricted space")
 
     def plot(self, path=None, **kwargs):
@@ -242,6 +251,7 @@ class Frontier:
             "optimizer": self.optimizer, "model_fingerprint": self.model_fingerprint,
             "memory_bound_factor": self.memory_bound_factor,
             "recompute": self.recompute, "shard_optimizer": self.shard_optimizer, "precision": self.precision,
+            "meshes": self.meshes, "meshes_restricted": self.meshes_restricted,
             "memory": self.memory.tolist(), "time": self.time.tolist(),
             "compute_time": self.compute_time.tolist(), "communication_time": self.communication_time.tolist(),
             "choices": self.choices.tolist(), "edge_choices": self.edge_choices.tolist(),
@@ -272,13 +282,14 @@ class Frontier:
             model_fingerprint=data.get("model_fingerprint", ""),
             memory_bound_factor=float(data.get("memory_bound_factor", 1.0)), recompute=bool(data.get("recompute", False)),
             shard_optimizer=bool(data.get("shard_optimizer", False)), precision=data.get("precision", "32-true"),
+            meshes=data.get("meshes", "all"), meshes_restricted=bool(data.get("meshes_restricted", False)),
         )
 
 
 def compute_frontier(graph, cluster, devices: int, *, method: Method = "ldp", exact: bool = False,
                      epsilon: float = 0.0, threads: int | None = None, optimizer: str = "adam",
                      mesh_tensorflow: bool = False, max_configs: int | None = None, progress=None,
-                     training=None) -> Frontier:
+                     training=None, meshes: MeshSpace = "auto") -> Frontier:
     """The cost frontier of a parsed model on ``devices`` devices of a parsed cluster.
 
     Parameters
@@ -303,6 +314,10 @@ def compute_frontier(graph, cluster, devices: int, *, method: Method = "ldp", ex
     training : TrainingOptions, optional
         Recomputation, sharded optimizer state and precision
         (:func:`tensoropt_py.cost.training.check_training_options`); default the plain space.
+    meshes : {"auto", "all", "hierarchical"}
+        The meshes an operator may use (:mod:`tensoropt_py.space.mesh`): "auto" searches
+        every mesh up to 16 devices and the machine-aligned ones beyond, with a
+        :class:`~tensoropt_py.errors.SearchSpaceWarning`.
 
     Returns
     -------
@@ -325,7 +340,7 @@ def compute_frontier(graph, cluster, devices: int, *, method: Method = "ldp", ex
     t0 = _time.perf_counter()
     note("build", 0.0, 0.0)
     mcg = build_cost_graph(graph, cluster, devices, optimizer=optimizer, mesh_tensorflow=mesh_tensorflow,
-                           max_configs=max_configs, training=training)
+                           max_configs=max_configs, training=training, meshes=meshes)
     t1 = _time.perf_counter()
     note("build", 1.0, t1 - t0)
     note("track", 0.0, 0.0)
@@ -347,17 +362,19 @@ def compute_frontier(graph, cluster, devices: int, *, method: Method = "ldp", ex
     for i, costs in enumerate(mcg.node_costs):
         compute += np.asarray(costs)[choices[:, i], 2]
     time = np.asarray(tracked.time, dtype=float)[keep]
-    # Any heuristic elimination, epsilon thinning, a config cap or the Mesh-TensorFlow
-    # restriction make the result not the exact frontier of the model's space.
+    # Any heuristic elimination, epsilon thinning, a config cap, the Mesh-TensorFlow
+    # restriction or a restricted mesh space make the result not the exact frontier of the model's space.
     heuristic = int(tracked.n_heuristic)
     return Frontier(
         memory=np.asarray(memory, dtype=float), time=time, compute_time=compute,
         communication_time=np.maximum(time - compute, 0.0), choices=choices,
         edge_choices=edge_choices, devices=devices, model=graph.name,
         cluster=cluster.name, epsilon=float(epsilon),
-        exact=bool(heuristic == 0 and epsilon == 0 and not mesh_tensorflow and max_configs is None),
+        exact=bool(heuristic == 0 and epsilon == 0 and not mesh_tensorflow and max_configs is None
+                   and not mcg.meshes_restricted),
         heuristic_eliminations=heuristic, seconds={"build": t1 - t0, "track": t2 - t1},
         model_cost_graph=mcg, model_fingerprint=graph.fingerprint(), optimizer=optimizer,
         memory_bound_factor=float(tracked.memory_bound_factor),
         recompute=training.recompute, shard_optimizer=training.shard_optimizer, precision=training.precision,
+        meshes=mcg.meshes, meshes_restricted=mcg.meshes_restricted,
     )

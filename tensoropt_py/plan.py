@@ -188,6 +188,8 @@ class Plan:
         Live bytes per device at every event of the iteration
         (:meth:`MemoryModel.live <tensoropt_py.cost.memory.MemoryModel.live>`; events named by
         :func:`~tensoropt_py.cost.memory.memory_events`); empty in older plans.
+    meshes : {"all", "hierarchical"}
+        The mesh space the strategy was chosen from (:mod:`tensoropt_py.space.mesh`).
 
     Examples
     --------
@@ -218,6 +220,7 @@ class Plan:
     peak_phase: str = ""
     additive_memory: float | None = None
     memory_timeline: tuple[float, ...] = ()
+    meshes: str = "all"
 
     def plot(self, simulation, *, measured_time: float | None = None, measured_memory: float | None = None,
              devices: int | None = 4, path=None, title: str | None = None):
@@ -273,7 +276,7 @@ class Plan:
             raise InvalidInputError(f"not a tensoropt_py plan: format {fmt!r}, expected {PLAN_FORMAT!r}")
         missing = [f.name for f in fields(cls) if f.name not in d and f.name not in
                    ("model_fingerprint", "optimizer", "simulated_time", "method", "notes", "precision",
-                    "peak_operator", "peak_phase", "additive_memory", "memory_timeline")]
+                    "peak_operator", "peak_phase", "additive_memory", "memory_timeline", "meshes")]
         if missing:
             raise InvalidInputError(f"plan JSON lacks the fields {missing}")
         kwargs = {f.name: _tuples(d[f.name]) for f in fields(cls) if f.name in d}
@@ -404,7 +407,7 @@ def plan_from_choices(mcg, choices, edge_choices, *, model: str, cluster: str, o
                 model_fingerprint=fingerprint or graph.fingerprint(), optimizer=optimizer, method=method,
                 precision=precision, peak_operator=peak.operator if on_peak else "",
                 peak_phase=peak.phase if on_peak else "", additive_memory=record.memory,
-                memory_timeline=tuple(float(x) for x in mm.live(choices, edge_choices)))
+                memory_timeline=tuple(float(x) for x in mm.live(choices, edge_choices)), meshes=mcg.meshes)
 
 
 def config_from_plan(op, op_plan) -> OpConfig:

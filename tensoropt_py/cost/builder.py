@@ -78,15 +78,17 @@ True
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, SearchSpaceWarning
 from ..graph.ir import DTYPE_BYTES, DimKind, Graph, OpKind
 from ..space.configs import OpConfig, enumerate_configs
 from ..space.layout import Layout
+from ..space.mesh import MeshSpace, check_meshes, mesh_space, meshes as every_mesh, resolve_meshes
 from .operator_cost import OperatorCoster, op_work_kind
 from .optimizer import check_optimizer
 from .reschedule import ReferenceRescheduler, ReschedulePath, Rescheduler
@@ -175,6 +177,10 @@ class ModelCostGraph:
         memory, time, compute time, comm time.
     edges : tuple of EdgeInfo
     edge_tables : tuple of (src_class (K_u,), dst_class (K_v,), table (A, B, R, 2))
+    meshes : {"all", "hierarchical"}
+        The mesh space searched (:mod:`tensoropt_py.space.mesh`, ``"auto"`` resolved).
+    meshes_restricted : bool
+        Whether that space leaves out meshes of the full space (never with ``"all"``).
     """
 
     cost_graph: Any
@@ -191,6 +197,8 @@ class ModelCostGraph:
     optimizer: str = "adam"
     mixed_precision: bool = False
     cluster: Any = field(default=None, repr=False, compare=False)
+    meshes: str = "all"
+    meshes_restricted: bool = False
 
     def config_counts(self) -> dict:
         """Operator name -> number of configurations."""
@@ -313,7 +321,8 @@ def _make_cost_graph(node_costs, edges):
 def build_cost_graph(graph: Graph, cluster, devices: int, *, optimizer: str = "adam", dtype: str | None = None,
                      mesh_tensorflow=False, max_configs: int | None = None, mixed_precision: bool = False,
                      comm=None, compute=None, rescheduler: Rescheduler | None = None,
-                     reference: bool = False, training: TrainingOptions | None = None) -> ModelCostGraph:
+                     reference: bool = False, training: TrainingOptions | None = None,
+                     meshes: MeshSpace = "auto") -> ModelCostGraph:
     """Build the CostGraph of ``graph`` on devices ``0..devices-1`` of ``cluster``.
 
     Parameters
@@ -341,6 +350,11 @@ def build_cost_graph(graph: Graph, cluster, devices: int, *, optimizer: str = "a
         Recomputation, sharded optimizer state and precision options
         (:mod:`tensoropt_py.cost.training`); the default keeps the plain space. Not with
         ``reference=True``.
+    meshes : {"auto", "all", "hierarchical"}, default "auto"
+        The meshes an operator may use (:mod:`tensoropt_py.space.mesh`, "Mesh spaces"):
+        every mesh up to 16 devices and the machine-aligned ones beyond by default, with a
+        :class:`~tensoropt_py.errors.SearchSpaceWarning` when that leaves meshes out.
+        Ignored with ``mesh_tensorflow``.
 
     Notes
     -----
@@ -359,6 +373,15 @@ def build_cost_graph(graph: Graph, cluster, devices: int, *, optimizer: str = "a
         raise InvalidInputError(f"device count {devices!r} is not valid on cluster {cluster.name!r}; "
                                 f"valid counts: {', '.join(map(str, valid))}")
     n = int(devices)
+    meshes = check_meshes(meshes)
+    space = resolve_meshes(meshes, n)
+    restricted = not mesh_tensorflow and space != "all" and \
+        len(mesh_space(n, space, cluster.devices_per_machine)) < len(every_mesh(n))
+    if restricted and meshes == "auto":
+        warnings.warn(f"meshes='auto' searches the {space} meshes on {n} devices "
+                      f"({', '.join(map(str, mesh_space(n, space, cluster.devices_per_machine)))}), not all "
+                      f"{len(every_mesh(n))}; pass meshes='all' for the full space", SearchSpaceWarning, stacklevel=2)
+    space_kw = dict(meshes=space, devices_per_machine=cluster.devices_per_machine)
     if max_configs is not None and (isinstance(max_configs, bool) or not isinstance(max_configs, int) or max_configs < 1):
         raise InvalidInputError(f"max_configs must be a positive int or None, got {max_configs!r}")
     mesh_tf = None
@@ -384,10 +407,11 @@ def build_cost_graph(graph: Graph, cluster, devices: int, *, optimizer: str = "a
     coster = OperatorCoster(cluster, comm=comm, compute=compute, optimizer=optimizer,
                             mixed_precision=mixed_precision, dtype=dtype)
     if reference:
-        mcg = _build_reference(graph, n, valid, mesh_tf, max_configs, coster, rescheduler)
+        mcg = _build_reference(graph, n, valid, mesh_tf, max_configs, coster, rescheduler, space_kw)
     else:
-        mcg = _build_fast(graph, n, valid, mesh_tf, max_configs, coster, rescheduler, training)
-    return replace(mcg, optimizer=optimizer, mixed_precision=bool(mixed_precision), cluster=cluster)
+        mcg = _build_fast(graph, n, valid, mesh_tf, max_configs, coster, rescheduler, training, space_kw)
+    return replace(mcg, optimizer=optimizer, mixed_precision=bool(mixed_precision), cluster=cluster,
+                   meshes=space, meshes_restricted=restricted)
 
 
 def _use_slots(op):
@@ -425,7 +449,7 @@ def _node_signature(op, csig, slot, tensors, exclude, hold, readers, owed=()):
     return (csig, op_work_kind(op), specs, op.flops, op.backward_flops, saved, excl, held, owed)
 
 
-def _build_fast(graph, n, valid, mesh_tf, max_configs, coster, rescheduler, training=None):
+def _build_fast(graph, n, valid, mesh_tf, max_configs, coster, rescheduler, training, space_kw):
     readers = {p: len(users) for p, users in graph.parameter_users().items()}
     tensors = graph.tensors
     ops = graph.operators
@@ -438,7 +462,7 @@ def _build_fast(graph, n, valid, mesh_tf, max_configs, coster, rescheduler, trai
         csig, slot = _config_signature(op)
         cf = cfg_cache.get(csig)
         if cf is None:
-            cf = cfg_cache[csig] = enumerate_configs(op, n, mesh_tensorflow=mesh_tf)
+            cf = cfg_cache[csig] = enumerate_configs(op, n, mesh_tensorflow=mesh_tf, **space_kw)
         csigs.append(csig)
         slots.append(slot)
         configs.append(cf)
@@ -636,7 +660,7 @@ class _EdgePlan:
         self.src_ids, self.table = ids, table
 
 
-def _build_reference(graph, n, valid, mesh_tf, max_configs, coster, rescheduler):
+def _build_reference(graph, n, valid, mesh_tf, max_configs, coster, rescheduler, space_kw):
     """The original construction (every operator and edge on its own): the tests' reference."""
     readers = {p: len(users) for p, users in graph.parameter_users().items()}
     tensors = graph.tensors
@@ -644,7 +668,7 @@ def _build_reference(graph, n, valid, mesh_tf, max_configs, coster, rescheduler)
     index = {op.name: i for i, op in enumerate(ops)}
 
     # 1. configurations
-    configs = [list(enumerate_configs(op, n, mesh_tensorflow=mesh_tf)) for op in ops]
+    configs = [list(enumerate_configs(op, n, mesh_tensorflow=mesh_tf, **space_kw)) for op in ops]
     if n > 1 and all(len(c) == 1 and all(l < 0 for l in c[0].fine) for op, c in zip(ops, configs)
                      if op.kind is not OpKind.INPUT):
         raise InvalidInputError(f"device count {n} divides no splittable dimension of graph {graph.name!r}; "

@@ -236,12 +236,18 @@ def _place_moves(shape, itemsize: int, sizes, place):
                 append(("slice", (a,), tuple(pl), 0))
     sharded = [j for j in range(r) if axes_of[j]]
     if sharded:
-        for ks in itertools.product(*[range(len(axes_of[j]) + 1) for j in sharded]):
-            if not any(ks):
-                continue
-            g = tuple(sorted(a for j, k in zip(sharded, ks) if k for a in axes_of[j][len(axes_of[j]) - k:]))
-            grow = math.prod([sizes[a] for a in g])
-            append(("all_gather", g, with_(g, REPLICATE), local_bytes * grow))
+        # per sharded dimension, its innermost k axes for k = 0, 1, ...; the first product is all k = 0
+        suffixes = [[axes_of[j][len(axes_of[j]) - k:] for k in range(len(axes_of[j]) + 1)] for j in sharded]
+        combos = itertools.product(*suffixes)
+        next(combos)
+        for combo in combos:
+            g = sorted([a for part in combo for a in part])
+            grow = 1
+            pl = list(place)
+            for a in g:
+                grow *= sizes[a]
+                pl[a] = REPLICATE
+            append(("all_gather", tuple(g), tuple(pl), local_bytes * grow))
     for k in range(1, len(par) + 1):
         for g in itertools.combinations(par, k):
             append(("all_reduce", g, with_(g, REPLICATE), local_bytes))
@@ -561,33 +567,42 @@ except ImportError:  # pragma: no cover - depends on the build
 _NO_TARGETS = np.zeros(0, dtype=np.int32)
 
 
-class _MoveGraph:
-    """The move graph of one ``(shape, itemsize, fine sizes)``: placements as nodes, moves as edges.
+class _MoveSkeleton:
+    """The moves of every tensor whose dimensions share their divisors with ``N``: nodes and edges, no times.
+
+    :func:`_place_moves` reads a tensor's shape only through which products of fine sizes
+    (divisors of ``N``) divide each dimension, and through the local block's bytes. Both
+    follow from ``profile = (gcd(d, N) for d in shape)``: a divisor of ``N`` divides ``d``
+    exactly when it divides ``gcd(d, N)``, and a move's bytes for the real tensor are its
+    bytes for a tensor of shape ``profile`` and itemsize 1 times ``prod(shape) //
+    prod(profile) * itemsize``. So the tensors of a model (a few dozen shapes, a handful of
+    profiles) share one skeleton per profile, and only the move times differ
+    (:class:`_MoveGraph`).
 
     Nodes are discovered as closures: when a placement is first asked for, everything
-    reachable from it is enumerated (:func:`_place_moves`, in :func:`moves` order), so a
-    node id beyond what existed when a search ran is unreachable from that search's source.
+    reachable from it is enumerated (in :func:`moves` order), so a node id beyond what
+    existed when a search ran is unreachable from that search's source.
     """
 
-    __slots__ = ("shape", "itemsize", "sizes", "index", "places", "rows", "move_info", "_move_id", "_csr")
+    __slots__ = ("profile", "sizes", "index", "places", "rows", "move_info", "_move_id", "_csr")
 
-    def __init__(self, shape, itemsize, sizes):
-        self.shape, self.itemsize, self.sizes = shape, itemsize, sizes
+    def __init__(self, profile, sizes):
+        self.profile, self.sizes = profile, sizes
         self.index: dict = {}
         self.places: list = []
-        self.rows: list = []  # per node: (weights, targets, move ids)
-        self.move_info: list = []  # move id -> (kind, axes, nbytes)
+        self.rows: list = []  # per node: (targets, move ids)
+        self.move_info: list = []  # move id -> (kind, axes, bytes of the profile tensor at itemsize 1)
         self._move_id: dict = {}
         self._csr = None
 
-    def node(self, place, step_time) -> int:
+    def node(self, place) -> int:
         i = self.index.get(place)
         if i is None:
-            i = self._expand(place, step_time)
+            i = self._expand(place)
         return i
 
-    def _expand(self, place, step_time) -> int:
-        shape, itemsize, sizes = self.shape, self.itemsize, self.sizes
+    def _expand(self, place) -> int:
+        profile, sizes = self.profile, self.sizes
         index, places, rows = self.index, self.places, self.rows
         move_id, move_info = self._move_id, self.move_info
         start = len(places)
@@ -595,38 +610,85 @@ class _MoveGraph:
         places.append(place)
         k = start
         while k < len(places):
-            ws, vs, ms = [], [], []
-            for kind, axes, after, nbytes in _place_moves(shape, itemsize, sizes, places[k]):
+            vs, ms = [], []
+            for mk in _place_moves(profile, 1, sizes, places[k]):
+                kind, axes, after, nbytes = mk
                 v = index.get(after)
                 if v is None:
                     v = index[after] = len(places)
                     places.append(after)
-                mk = (kind, axes, nbytes)
-                m = move_id.get(mk)
+                key = (kind, axes, nbytes)
+                m = move_id.get(key)
                 if m is None:
-                    m = move_id[mk] = len(move_info)
-                    move_info.append((kind, axes, nbytes, step_time(kind, nbytes, sizes, axes)))
-                ws.append(move_info[m][3])
+                    m = move_id[key] = len(move_info)
+                    move_info.append(key)
                 vs.append(v)
                 ms.append(m)
-            rows.append((ws, vs, ms))
+            rows.append((vs, ms))
             k += 1
         self._csr = None
         return start
 
     def csr(self):
-        """``(indptr, indices, weights, edge_move, edge_src)`` arrays of the current graph."""
+        """``(indptr, indices, edge_move, edge_src)`` arrays of the current graph."""
         if self._csr is None:
             n = len(self.rows)
             lens = np.fromiter((len(r[0]) for r in self.rows), dtype=np.int64, count=n)
             indptr = np.zeros(n + 1, dtype=np.int64)
             np.cumsum(lens, out=indptr[1:])
             m = int(indptr[-1])
-            weights = np.fromiter((w for r in self.rows for w in r[0]), dtype=np.float64, count=m)
-            indices = np.fromiter((v for r in self.rows for v in r[1]), dtype=np.int32, count=m)
-            edge_move = np.fromiter((x for r in self.rows for x in r[2]), dtype=np.int32, count=m)
+            indices = np.fromiter((v for r in self.rows for v in r[0]), dtype=np.int32, count=m)
+            edge_move = np.fromiter((x for r in self.rows for x in r[1]), dtype=np.int32, count=m)
             edge_src = np.repeat(np.arange(n, dtype=np.int32), lens)
-            self._csr = (indptr, indices, weights, edge_move, edge_src)
+            self._csr = (indptr, indices, edge_move, edge_src)
+        return self._csr
+
+
+class _MoveGraph:
+    """The move graph of one ``(shape, itemsize, fine sizes)``: a :class:`_MoveSkeleton` plus move times.
+
+    Node ids are the skeleton's, shared by every tensor of the same profile.
+    """
+
+    __slots__ = ("shape", "itemsize", "sizes", "skeleton", "scale", "_times", "_csr", "_csr_of")
+
+    def __init__(self, shape, itemsize, sizes, skeleton):
+        self.shape, self.itemsize, self.sizes, self.skeleton = shape, itemsize, sizes, skeleton
+        self.scale = math.prod(shape) // math.prod(skeleton.profile) * itemsize
+        self._times: list = []  # move id -> seconds, for this tensor
+        self._csr = self._csr_of = None
+
+    @property
+    def index(self):
+        return self.skeleton.index
+
+    @property
+    def places(self):
+        return self.skeleton.places
+
+    @property
+    def rows(self):
+        return self.skeleton.rows
+
+    def node(self, place, step_time) -> int:
+        return self.skeleton.node(place)
+
+    def move(self, m: int, step_time):
+        """``(kind, axes, nbytes, seconds)`` of move ``m`` for this tensor."""
+        kind, axes, nbytes = self.skeleton.move_info[m]
+        nbytes *= self.scale
+        return kind, axes, nbytes, step_time(kind, nbytes, self.sizes, axes)
+
+    def csr(self, step_time):
+        """``(indptr, indices, weights, edge_move, edge_src)`` arrays of the current graph."""
+        skel = self.skeleton.csr()
+        if self._csr_of is not skel:
+            info, times = self.skeleton.move_info, self._times
+            for m in range(len(times), len(info)):
+                times.append(self.move(m, step_time)[3])
+            weights = np.asarray(times, dtype=np.float64)[skel[2]]
+            self._csr = (skel[0], skel[1], weights, skel[2], skel[3])
+            self._csr_of = skel
         return self._csr
 
 
@@ -667,6 +729,7 @@ class Rescheduler(ReferenceRescheduler):
     def __init__(self, comm, *, slice_time: float = 0.0):
         super().__init__(comm, slice_time=slice_time)
         self._graphs: dict = {}
+        self._skeletons: dict = {}
         self._runs: dict = {}  # (graph key, source id) -> _Run, insertion order = LRU order
         self._run_nodes = 0
         self._fits: dict = {}
@@ -677,7 +740,12 @@ class Rescheduler(ReferenceRescheduler):
         key = (shape, itemsize, sizes)
         g = self._graphs.get(key)
         if g is None:
-            g = self._graphs[key] = _MoveGraph(shape, itemsize, sizes)
+            n = math.prod(sizes)
+            profile = tuple(math.gcd(d, n) for d in shape)
+            skel = self._skeletons.get((profile, sizes))
+            if skel is None:
+                skel = self._skeletons[(profile, sizes)] = _MoveSkeleton(profile, sizes)
+            g = self._graphs[key] = _MoveGraph(shape, itemsize, sizes, skel)
         return g
 
     def _run(self, g: _MoveGraph, sid: int, tids=None) -> _Run:
@@ -691,7 +759,7 @@ class Rescheduler(ReferenceRescheduler):
             if r.complete or (tids is not None and bool(r.done[tids[tids < len(r.done)]].all())):
                 runs[key] = runs.pop(key)  # most recently used
                 return r
-        indptr, indices, weights, _, _ = g.csr()
+        indptr, indices, weights, _, _ = g.csr(self.step_time)
         n = len(indptr) - 1
         dist = np.full(n, np.inf)
         prev = np.full(n, -1, dtype=np.int32)
@@ -890,7 +958,7 @@ class Rescheduler(ReferenceRescheduler):
         r = self._run(g, sid, (tid,)) if tid >= 0 else None
         if r is None or tid >= len(r.dist) or not r.done[tid] or not math.isfinite(r.dist[tid]):
             raise InvalidInputError(f"no rescheduling from {src} to {dst} for shape {list(shape)}")
-        _, _, _, edge_move, edge_src = g.csr()
+        _, _, _, edge_move, edge_src = g.csr(self.step_time)
         sizes = g.sizes
         steps = []
         node = tid
@@ -898,7 +966,7 @@ class Rescheduler(ReferenceRescheduler):
         while r.prev[node] >= 0:
             e = int(r.prev[node])
             u = int(edge_src[e])
-            kind, axes, nbytes, t = g.move_info[int(edge_move[e])]
+            kind, axes, nbytes, t = g.move(int(edge_move[e]), self.step_time)
             before = Layout(sizes, g.places[u])
             steps.append(RescheduleStep(kind, axes, fine_groups(sizes, axes) if kind != "slice" else (),
                                         nbytes, self.step_time(kind, nbytes, sizes, axes), before, after))
@@ -910,7 +978,8 @@ class Rescheduler(ReferenceRescheduler):
         """Sizes of the caches (searches, paths, collective times, move-graph states)."""
         info = super().cache_info()
         info["searches"] += self._nruns
-        info["states"] += sum(len(g.places) for g in self._graphs.values())
-        info["expanded"] += sum(len(g.rows) for g in self._graphs.values())
+        info["states"] += sum(len(g.places) for g in self._skeletons.values())
+        info["expanded"] += sum(len(g.rows) for g in self._skeletons.values())
         info["graphs"] = len(self._graphs)
+        info["skeletons"] = len(self._skeletons)
         return info

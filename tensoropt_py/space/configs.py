@@ -70,7 +70,7 @@ from functools import lru_cache
 from ..errors import InvalidInputError
 from ..graph.ir import DimKind, Graph, OpKind, Operator
 from .layout import PARTIAL, REPLICATE, Layout, use_layout
-from .mesh import Mesh, meshes, ordered_factorisations, prime_factors
+from .mesh import Mesh, MeshSpace, mesh_space, prime_factors, resolve_meshes
 
 __all__ = [
     "OpConfig",
@@ -196,10 +196,9 @@ def _sample_dim(op: Operator) -> int | None:
 
 
 @lru_cache(maxsize=4096)
-def _raw_configs(sizes: tuple[int, ...], allowed: tuple[int, ...], n: int, mesh_shape):
-    """(mesh, assignment, fine) triples, canonically deduplicated unless one mesh is forced."""
+def _raw_configs(sizes: tuple[int, ...], allowed: tuple[int, ...], mesh_list: tuple[Mesh, ...]):
+    """(mesh, assignment, fine) triples over the meshes of ``mesh_list``, canonically deduplicated."""
     out, seen = [], set()
-    mesh_list = meshes(n) if mesh_shape is None else (Mesh(mesh_shape),)
     nl = len(sizes)
     for mesh in mesh_list:
         options = []
@@ -238,7 +237,8 @@ def _check_n(n):
         raise InvalidInputError(f"device count must be a positive integer, got {n!r}")
 
 
-def enumerate_configs(op: Operator, n: int, *, mesh_tensorflow=None, data_loading: bool = True) -> tuple[OpConfig, ...]:
+def enumerate_configs(op: Operator, n: int, *, mesh_tensorflow=None, data_loading: bool = True,
+                      meshes: MeshSpace = "all", devices_per_machine: int | None = None) -> tuple[OpConfig, ...]:
     """Every valid configuration of ``op`` on devices ``0..n-1`` (see the module docstring).
 
     Parameters
@@ -250,13 +250,34 @@ def enumerate_configs(op: Operator, n: int, *, mesh_tensorflow=None, data_loadin
         A mesh shape: restrict to configurations on that single mesh (Mesh-TensorFlow).
     data_loading : bool, default True
         Constrain an INPUT operator to data parallelism.
+    meshes : {"all", "hierarchical", "auto"}, default "all"
+        The meshes configurations may use (:mod:`tensoropt_py.space.mesh`, "Mesh spaces");
+        ignored with ``mesh_tensorflow``.
+    devices_per_machine : int, optional
+        Of the cluster; needed unless the space is every mesh.
 
     Returns
     -------
     tuple of OpConfig
         The all-replicated configuration first.
+
+    Examples
+    --------
+    >>> from tensoropt_py.graph.ir import *
+    >>> op = Operator("fc", OpKind.LINEAR,
+    ...               (LoopDim("b", 32, DimKind.SAMPLE), LoopDim("k", 64, DimKind.REDUCTION),
+    ...                LoopDim("n", 64, DimKind.PARAMETER)),
+    ...               inputs=(TensorUse("x", (("b",), ("k",))),), params=(TensorUse("w", (("k",), ("n",))),),
+    ...               outputs=(TensorUse("y", (("b",), ("n",))),), flops=2 * 32 * 64 * 64)
+    >>> len(enumerate_configs(op, 32)), len(enumerate_configs(op, 32, meshes="hierarchical", devices_per_machine=8))
+    (424, 40)
     """
     _check_n(n)
+    space = resolve_meshes(meshes, n)
+    if space != "all" and (isinstance(devices_per_machine, bool) or not isinstance(devices_per_machine, int)
+                           or devices_per_machine < 1):
+        raise InvalidInputError(f"the {space!r} mesh space needs the cluster's devices per machine "
+                                f"(a positive int), got devices_per_machine={devices_per_machine!r}")
     mesh_shape = None
     if mesh_tensorflow is not None and mesh_tensorflow is not False:
         mesh_shape = tuple(int(s) for s in mesh_tensorflow)
@@ -266,7 +287,11 @@ def enumerate_configs(op: Operator, n: int, *, mesh_tensorflow=None, data_loadin
     sizes = tuple(d.size for d in op.loop_dims)
     if op.kind is OpKind.INPUT and data_loading:
         return (_input_config(op, n, mesh_shape),)
-    raw = _raw_configs(sizes, splittable_dims(op), n, mesh_shape)
+    if mesh_shape is not None:
+        mesh_list = (Mesh(mesh_shape),)
+    else:
+        mesh_list = mesh_space(n, space, devices_per_machine if space != "all" else 1)
+    raw = _raw_configs(sizes, splittable_dims(op), mesh_list)
     return tuple(_make(op, m, a, f) for m, a, f in raw)
 
 

@@ -22,6 +22,34 @@ Examples
 ((0, 4), (1, 5), (2, 6), (3, 7))
 >>> [str(m) for m in meshes(4)]
 ['mesh[4]', 'mesh[2,2]']
+
+Mesh spaces
+-----------
+The configuration space is spanned by the meshes each operator may use (the ``meshes``
+option of :func:`tensoropt_py.frontier`):
+
+* ``"all"``: every ordered factorisation of ``N`` (TensorOpt's space). Configurations are
+  told apart per fine axis, so the space grows with the number of prime factors of ``N``:
+  the attention operators of a Llama layer have up to 3563 configurations on 32 devices.
+* ``"hierarchical"``: the meshes of Megatron-LM and Alpa's two-level logical mesh, aligned
+  with the machines: the flat mesh ``[N]`` and every ``[N / t, t]`` whose inner axis is
+  ``t`` consecutive devices inside one machine (``t > 1`` divides the devices per machine
+  and ``N``). The inner axis communicates over the machine's links; the outer axis
+  covers the rest. The same operator has 74 configurations on 32 devices of
+  ``h100-4x8``. On one machine of up to 4 devices this is every mesh.
+* ``"auto"``: ``"all"`` up to :data:`AUTO_ALL_MAX_DEVICES` devices, ``"hierarchical"``
+  beyond (:func:`resolve_meshes`).
+
+Keeping every axis inside or across machines (factorisations of the machine count
+followed by factorisations of the devices per machine) would keep 2901 of those 3563
+configurations: the number of mesh axes, not their alignment, is what sizes the space.
+What the two-axis limit costs is measured by ``benchmarks/bench_scale.py --cases
+mesh_loss``: the fastest one-layer Transformer strategy on 16 devices of ``v100-2x8``
+replicates across the two machines and splits two dimensions inside each
+(``[2, 4, 2]``), which is 2.4% faster than the best hierarchical one.
+
+>>> [str(m) for m in mesh_space(32, "hierarchical", 8)]
+['mesh[32]', 'mesh[16,2]', 'mesh[8,4]', 'mesh[4,8]']
 """
 
 from __future__ import annotations
@@ -29,12 +57,22 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Literal
 
 import numpy as np
 
 from ..errors import InvalidInputError
 
-__all__ = ["Mesh", "prime_factors", "ordered_factorisations", "meshes", "fine_groups"]
+__all__ = ["Mesh", "prime_factors", "ordered_factorisations", "meshes", "fine_groups", "MeshSpace", "MESH_SPACES",
+           "AUTO_ALL_MAX_DEVICES", "check_meshes", "resolve_meshes", "hierarchical_meshes", "mesh_space"]
+
+#: Which meshes an operator may use (module docstring, "Mesh spaces").
+MeshSpace = Literal["all", "hierarchical", "auto"]
+MESH_SPACES = ("all", "hierarchical", "auto")
+#: ``meshes="auto"`` searches every mesh up to this many devices (two machines of 8: the
+#: full space of the paper's setting) and the hierarchical meshes beyond, where the full
+#: space has over a thousand configurations per operator.
+AUTO_ALL_MAX_DEVICES = 16
 
 
 @lru_cache(maxsize=None)
@@ -137,6 +175,9 @@ def meshes(n: int) -> tuple[Mesh, ...]:
     return tuple(Mesh(s) for s in ordered_factorisations(n))
 
 
+_every_mesh = meshes  # reachable where a parameter named after the ``meshes`` option shadows it
+
+
 @lru_cache(maxsize=65536)
 def fine_groups(fine_sizes: tuple[int, ...], axes: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
     """The concurrent device groups of a collective along the fine ``axes``.
@@ -157,3 +198,90 @@ def fine_groups(fine_sizes: tuple[int, ...], axes: tuple[int, ...]) -> tuple[tup
     k = math.prod(fine_sizes[a] for a in axes)
     arr = ids.transpose(rest + axes).reshape(-1, k)
     return tuple(tuple(int(x) for x in row) for row in arr)
+
+
+def check_meshes(value) -> str:
+    """``value`` if it names a mesh space, else an error naming it and the valid ones.
+
+    >>> check_meshes("auto")
+    'auto'
+    >>> check_meshes("flat")
+    Traceback (most recent call last):
+    ...
+    tensoropt_py.errors.InvalidInputError: unknown mesh space 'flat'; valid: 'all', 'hierarchical', 'auto'
+    """
+    if not isinstance(value, str) or value not in MESH_SPACES:
+        raise InvalidInputError(f"unknown mesh space {value!r}; valid: {', '.join(map(repr, MESH_SPACES))}")
+    return value
+
+
+def resolve_meshes(meshes: MeshSpace, n: int) -> Literal["all", "hierarchical"]:
+    """The mesh space searched on ``n`` devices: ``"auto"`` resolved, the others unchanged.
+
+    Parameters
+    ----------
+    meshes : {"all", "hierarchical", "auto"}
+    n : int
+        Device count.
+
+    Examples
+    --------
+    >>> resolve_meshes("auto", 16), resolve_meshes("auto", 32), resolve_meshes("all", 64)
+    ('all', 'hierarchical', 'all')
+    """
+    meshes = check_meshes(meshes)
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise InvalidInputError(f"device count must be a positive integer, got {n!r}")
+    if meshes == "auto":
+        return "all" if n <= AUTO_ALL_MAX_DEVICES else "hierarchical"
+    return meshes
+
+
+@lru_cache(maxsize=None)
+def hierarchical_meshes(n: int, devices_per_machine: int) -> tuple[Mesh, ...]:
+    """The flat mesh ``[n]`` and every ``[n / t, t]`` with ``t > 1`` dividing ``n`` and ``devices_per_machine``.
+
+    Devices are numbered machine-major and laid out row-major, so the inner axis of
+    ``[n / t, t]`` groups ``t`` consecutive devices of one machine.
+
+    Parameters
+    ----------
+    n : int
+        Device count.
+    devices_per_machine : int
+
+    Examples
+    --------
+    >>> [str(m) for m in hierarchical_meshes(16, 8)]
+    ['mesh[16]', 'mesh[8,2]', 'mesh[4,4]', 'mesh[2,8]']
+    >>> [str(m) for m in hierarchical_meshes(4, 8)] == [str(m) for m in meshes(4)]
+    True
+    """
+    for what, v in (("device count", n), ("devices per machine", devices_per_machine)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise InvalidInputError(f"{what} must be a positive integer, got {v!r}")
+    n, d = int(n), int(devices_per_machine)
+    inner = [t for t in range(2, n) if n % t == 0 and d % t == 0]
+    return (Mesh((n,)),) + tuple(Mesh((n // t, t)) for t in inner)
+
+
+def mesh_space(n: int, meshes: MeshSpace, devices_per_machine: int) -> tuple[Mesh, ...]:
+    """The meshes over ``n`` devices that the mesh space ``meshes`` allows ("auto" resolved first).
+
+    Parameters
+    ----------
+    n : int
+        Device count.
+    meshes : {"all", "hierarchical", "auto"}
+    devices_per_machine : int
+        Of the cluster (decides which inner axes stay inside a machine).
+
+    Examples
+    --------
+    >>> len(mesh_space(32, "all", 8)), len(mesh_space(32, "auto", 8))
+    (16, 4)
+    """
+    space = resolve_meshes(meshes, n)
+    if space == "all":
+        return _every_mesh(n)
+    return hierarchical_meshes(n, devices_per_machine)
