@@ -162,3 +162,13 @@ def test_bad_lams():
     for lams in ([1.0], [], [0.0, -1.0], [0.0, np.inf]):
         with pytest.raises(InvalidInputError, match="lams"):
             relaxation_bounds(cg, lams)
+
+
+def test_bounds_and_candidates_respect_a_memory_limit():
+    from tensoropt_py.errors import MemoryLimitError
+
+    cg = random_chain(4, 5, seed=1)
+    with pytest.raises(MemoryLimitError, match="max_bytes"):
+        relaxation_bounds(cg, [0.0, 1.0], max_bytes=64)
+    with pytest.raises(MemoryLimitError):
+        track(cg, candidates=2, max_memory=64, on_memory_limit="raise")

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, MemoryLimitError
 from .cost_graph import CostGraph, LayoutEdge
 
 __all__ = ["RelaxationBounds", "relaxation_bounds", "screen_out", "restrict", "lam_grid"]
@@ -103,7 +103,14 @@ def _class_min(h, cls, n_cls):
     return np.minimum.reduceat(h[:, order], starts, axis=1)
 
 
-def relaxation_bounds(cg, lams):
+def _edge_row(tab, ua, ub, lams, row):
+    """Row ``row`` of :func:`_weigh` for an edge table restricted to the classes in use,
+    its best option: ``(A', B')``."""
+    sub = tab[np.ix_(ua, ub)]
+    return _weigh(sub[..., 0], sub[..., 1], lams[row:row + 1] if row < lams.size else np.zeros(0))[0].min(axis=2)
+
+
+def relaxation_bounds(cg, lams, max_bytes=None):
     """Lower bounds of every strategy's weighted cost with one node's config fixed.
 
     Parameters
@@ -111,6 +118,9 @@ def relaxation_bounds(cg, lams):
     cg : CostGraph
     lams : array_like of float
         Finite weights of memory (seconds per byte), ``lams[0]`` must be 0.
+    max_bytes : int or None
+        Refuse (:class:`~tensoropt_py.errors.MemoryLimitError`) an edge whose cost rows
+        would need more memory than this (None: no limit).
 
     Returns
     -------
@@ -130,20 +140,25 @@ def relaxation_bounds(cg, lams):
     if lams.size == 0 or lams[0] != 0 or not np.all(np.isfinite(lams)) or (lams < 0).any():
         raise InvalidInputError(f"lams must be finite weights >= 0 starting with 0, got {lams.tolist()}")
     n = cg.n_nodes
+    n_rows = lams.size + 1
     unary = [_weigh(c[:, 0], c[:, 1], lams) for c in cg.node_costs]
-    weighted = []  # per edge: (L+1, A', B') over the classes in use, and the maps into them
+    classes = []  # per edge: the classes in use at each end and every config's index among them
     coupling = np.zeros(cg.n_edges)
+    mid = lams[lams.size // 2:lams.size // 2 + 1]
     for e, (u, v, smap, dmap, tab) in enumerate(cg._norm):
         ua, sm = np.unique(smap, return_inverse=True)
         ub, dm = np.unique(dmap, return_inverse=True)
-        sub = tab[ua][:, ub]
-        w = _weigh(sub[..., 0], sub[..., 1], lams).min(axis=3)  # best option
-        weighted.append((w, sm.reshape(-1), dm.reshape(-1)))
-        mid = w[len(lams) // 2]
-        fin = np.isfinite(mid)
+        need = 4 * 8 * ua.size * ub.size * tab.shape[2]  # the edge's cost rows and a few temporaries
+        if max_bytes is not None and need > max_bytes:
+            raise MemoryLimitError(
+                f"relaxation bounds: edge {e} ({u}->{v}) has {ua.size} x {ub.size} layout classes in use and "
+                f"needs {need / 2**20:.1f} MiB, more than max_bytes = {max_bytes / 2**20:.1f} MiB",
+                used_bytes=int(need), limit_bytes=int(max_bytes))
+        classes.append((ua, ub, sm.reshape(-1), dm.reshape(-1)))
+        x = _edge_row(tab, ua, ub, mid, 0)
+        fin = np.isfinite(x)
         if fin.any():
-            big = 2.0 * float(np.abs(mid[fin]).max()) + 1.0
-            x = np.where(fin, mid, big)
+            x = np.where(fin, x, 2.0 * float(np.abs(x[fin]).max()) + 1.0)
             coupling[e] = float((x - x.min(axis=1, keepdims=True)).mean() + (x - x.min(axis=0, keepdims=True)).mean())
         else:
             coupling[e] = np.inf
@@ -169,17 +184,22 @@ def relaxation_bounds(cg, lams):
             adj[u].append((v, e))
             adj[v].append((u, e))
         else:  # relaxed: its least cost for each config of u, whatever v does
-            w, sm, dm = weighted[e]
-            unary[u] = unary[u] + w.min(axis=2)[:, sm]
+            ua, ub, sm, dm = classes[e]
+            rows = np.stack([_edge_row(cg._norm[e][4], ua, ub, lams, r).min(axis=1) for r in range(n_rows)])
+            unary[u] = unary[u] + rows[:, sm]
 
     def message(e, src, h):
-        """Min over ``src``'s configs of ``h`` plus edge ``e``, for each config of the other end."""
-        w, sm, dm = weighted[e]
+        """Min over ``src``'s configs of ``h`` plus edge ``e``, for each config of the other end
+        (one weight at a time: an edge's rows are never all in memory at once)."""
+        ua, ub, sm, dm = classes[e]
+        tab = cg._norm[e][4]
         if cg._norm[e][0] == src:
-            hc = _class_min(h, sm, w.shape[1])
-            return (w + hc[:, :, None]).min(axis=1)[:, dm]
-        hc = _class_min(h, dm, w.shape[2])
-        return (w + hc[:, None, :]).min(axis=2)[:, sm]
+            hc = _class_min(h, sm, ua.size)
+            out = np.stack([(_edge_row(tab, ua, ub, lams, r) + hc[r][:, None]).min(axis=0) for r in range(n_rows)])
+            return out[:, dm]
+        hc = _class_min(h, dm, ub.size)
+        out = np.stack([(_edge_row(tab, ua, ub, lams, r) + hc[r][None, :]).min(axis=1) for r in range(n_rows)])
+        return out[:, sm]
 
     bounds = [None] * n
     seen = np.zeros(n, dtype=bool)
@@ -388,11 +408,10 @@ def improving_moves(cg, choices, edge_choices, memory, time, front_memory, front
             opt = edge_choices[:, e] if n_e else 0
             if u == i:
                 old = tab[smap[ci], dmap[choices[:, v]], opt]  # (P, 2)
-                new = tab[smap][:, dmap[choices[:, v]]]  # (K, P, R, 2)
-                new = new.transpose(1, 0, 2, 3)
+                new = tab[smap[None, :], dmap[choices[:, v]][:, None]]  # (P, K, R, 2)
             else:
                 old = tab[smap[choices[:, u]], dmap[ci], opt]
-                new = tab[smap[choices[:, u]]][:, dmap]  # (P, K, R, 2)
+                new = tab[smap[choices[:, u]][:, None], dmap[None, :]]  # (P, K, R, 2)
             best = np.where(np.isfinite(new[..., 1]), new[..., 1], np.inf).argmin(axis=2)
             new = np.take_along_axis(new, best[..., None, None], axis=2)[:, :, 0, :]
             dm = dm + new[..., 0] - old[:, None, 0]

@@ -277,7 +277,7 @@ def _run_candidates(cg, per_weight, kwargs, max_bytes):
     from .screen import improving_moves, lam_grid, relaxation_bounds, restrict, top_configs
 
     t0 = _time.perf_counter()
-    rb = relaxation_bounds(cg, lam_grid(cg, 12))
+    rb = relaxation_bounds(cg, lam_grid(cg, 12), max_bytes=max_bytes)
     keep = top_configs(rb, per_weight)
     stats = {"bounds_seconds": _time.perf_counter() - t0}
 
@@ -459,15 +459,6 @@ def track(
         max_memory = default_max_memory()
     elif isinstance(max_memory, bool) or not isinstance(max_memory, (int, np.integer, float)) or not max_memory > 0:
         raise InvalidInputError(f"max_memory must be a positive number of bytes or None, got {max_memory!r}")
-    need = leaf_bytes(cg)
-    if need > max_memory:
-        raise MemoryLimitError(
-            f"the leaf tables of this cost graph alone need {need / 2**20:.1f} MiB (its edge tables: "
-            f"{cg.n_edges} edges, up to {max(cg.n_configs)} configs per node), more than max_memory = "
-            f"{max_memory / 2**20:.1f} MiB; fewer configs per operator (max_configs) or more memory is needed",
-            used_bytes=need,
-            limit_bytes=int(max_memory),
-        )
     t0 = _time.perf_counter()
     if candidates is not None:
         if isinstance(candidates, bool) or not isinstance(candidates, (int, np.integer)) or candidates < 1:
@@ -480,6 +471,15 @@ def track(
             memory=mem, time=tim, choices=ch, edge_choices=ech, method=method, exact=bool(exact),
             epsilon=stats.get("epsilon", eps), epsilon_depth=int(depth), n_heuristic=int(stats["heuristic"]),
             n_branch=int(stats["branch"]), seconds=_time.perf_counter() - t0, stats=stats,
+        )
+    need = leaf_bytes(cg)
+    if need > max_memory:
+        raise MemoryLimitError(
+            f"the leaf tables of this cost graph alone need {need / 2**20:.1f} MiB (its edge tables: "
+            f"{cg.n_edges} edges, up to {max(cg.n_configs)} configs per node), more than max_memory = "
+            f"{max_memory / 2**20:.1f} MiB; fewer configs per operator (max_configs), candidates=r, or more memory is needed",
+            used_bytes=need,
+            limit_bytes=int(max_memory),
         )
     first = "min_memory" if heuristic in ("auto", "min_memory") else "weighted"
     retries = []
