@@ -286,9 +286,12 @@ def _run_candidates(cg, per_weight, kwargs, max_bytes):
         ch = np.stack([keep[i][fr.choices[:, i]] for i in range(cg.n_nodes)], axis=1)
         return fr, ch
 
-    fr, ch = run(keep)
-    slopes = -np.diff(fr.time) / np.diff(fr.memory)
-    slopes = slopes[np.isfinite(slopes) & (slopes > 0)]
+    try:
+        fr, ch = run(keep)
+        slopes = -np.diff(fr.time) / np.diff(fr.memory)
+        slopes = slopes[np.isfinite(slopes) & (slopes > 0)]
+    except InfeasibleError:  # the bounds' favourites never fit together: the optima will
+        fr, slopes = None, rb.lams[1:]
     lams = [0.0, np.inf]
     if slopes.size:
         lams += list(np.geomspace(slopes.min(), 10 * slopes.max(), _SWEEP_WEIGHTS))
@@ -303,6 +306,9 @@ def _run_candidates(cg, per_weight, kwargs, max_bytes):
     if optima:
         keep = [np.union1d(k, [o.choices[i] for o in optima]) for i, k in enumerate(keep)]
         fr, ch = run(keep)
+    elif fr is None:
+        raise InfeasibleError("no strategy among the candidate configs avoids forbidden costs, and the graph is "
+                              "too wide for the exact optima that would widen them; track without candidates")
     rounds = 1
     while rounds <= _WIDEN_ROUNDS:
         pick = np.unique(np.round(np.linspace(0, len(fr) - 1, min(len(fr), _MOVE_SAMPLE))).astype(np.int64))
@@ -415,7 +421,8 @@ def track(
         widened while one-node moves from frontier strategies improve the frontier; much
         faster on wide graphs, approximate. ``stats["unproven_configs"]`` counts the
         configs left out that the bounds could not prove useless (0: the result is the exact
-        frontier; then ``exact`` must also hold for the restricted run).
+        frontier, provided the restricted runs used no heuristic elimination and no
+        epsilon). The exact optima it adds make both ends exact whatever ``anchors`` says.
 
     Returns
     -------
