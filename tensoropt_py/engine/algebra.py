@@ -44,8 +44,11 @@ def _as_points(points, name="points"):
     return arr
 
 
-def _reduce_idx(mem, tim):
-    """Indices kept by Alg. 1 (vectorised): sort by (memory, time, index), keep strict time records."""
+def frontier_indices(mem, tim):
+    """Indices kept by Alg. 1 (vectorised): sort by (memory, time, index), keep strict time records.
+
+    The one Pareto reduce of (memory, time) arrays in the engine: memory ascending, time
+    strictly descending, the first of identical points kept."""
     n = mem.shape[0]
     if n == 0:
         return np.zeros(0, dtype=np.int64)
@@ -79,7 +82,7 @@ def reduce(points, return_index=False):
     [[1.0, 3.0], [2.0, 2.0], [3.0, 1.0]]
     """
     arr = _as_points(points)
-    idx = _reduce_idx(arr[:, 0], arr[:, 1])
+    idx = frontier_indices(arr[:, 0], arr[:, 1])
     out = arr[idx]
     return (out, idx) if return_index else out
 
@@ -107,7 +110,7 @@ def product(a, b, return_index=False):
     a = _as_points(a, "a")
     b = _as_points(b, "b")
     sums = (a[:, None, :] + b[None, :, :]).reshape(-1, 2)
-    idx = _reduce_idx(sums[:, 0], sums[:, 1])
+    idx = frontier_indices(sums[:, 0], sums[:, 1])
     out = sums[idx]
     if return_index:
         return out, np.stack([idx // max(b.shape[0], 1), idx % max(b.shape[0], 1)], axis=1)
@@ -136,7 +139,7 @@ def union(*frontiers, return_index=False):
         raise InvalidInputError("union needs at least one frontier")
     arrs = [_as_points(f, f"frontiers[{i}]") for i, f in enumerate(frontiers)]
     allp = np.concatenate(arrs, axis=0)
-    idx = _reduce_idx(allp[:, 0], allp[:, 1])
+    idx = frontier_indices(allp[:, 0], allp[:, 1])
     out = allp[idx]
     if return_index:
         which = np.repeat(np.arange(len(arrs)), [a.shape[0] for a in arrs])

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import CostGraphError, InvalidInputError
+from .algebra import frontier_indices
 from .result import TrackedFrontier
 
 __all__ = ["LayoutEdge", "CostGraph", "evaluate", "brute_force_frontier", "MAX_BRUTE_FORCE_STRATEGIES", "FORBIDDEN_COST"]
@@ -488,11 +489,7 @@ def brute_force_frontier(cg, max_strategies=MAX_BRUTE_FORCE_STRATEGIES):
     mem, tim = evaluate(cg, choices, edge_choices)
     ok = np.isfinite(mem) & np.isfinite(tim)
     sel = np.nonzero(ok)[0]
-    m, t = mem[sel], tim[sel]
-    order = np.lexsort((np.arange(sel.size), t, m))
-    ts = t[order]
-    prev = np.minimum.accumulate(np.concatenate([[np.inf], ts[:-1]]))
-    keep = sel[order[ts < prev]]
+    keep = sel[frontier_indices(mem[sel], tim[sel])]
     return TrackedFrontier(
         memory=mem[keep],
         time=tim[keep],

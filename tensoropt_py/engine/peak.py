@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import InfeasibleError, InvalidInputError
+from .algebra import frontier_indices
 from .cost_graph import MAX_BRUTE_FORCE_STRATEGIES, CostGraph, _check_choices, evaluate
 
 __all__ = [
@@ -354,14 +355,6 @@ def evaluate_peak(cg, usage, choices, edge_choices=None):
     return peak, tim
 
 
-def _pareto(peak, tim):
-    """Indices of the Pareto-minimal (peak, time) pairs, peak ascending; ties keep the first."""
-    order = np.lexsort((np.arange(peak.shape[0]), tim, peak))
-    ts = tim[order]
-    prev = np.minimum.accumulate(np.concatenate([[np.inf], ts[:-1]]))
-    return order[ts < prev]
-
-
 def brute_force_peak_frontier(cg, usage, max_strategies=MAX_BRUTE_FORCE_STRATEGIES):
     """The exact (peak, time) frontier by enumerating every (config, option) strategy (test oracle).
 
@@ -401,7 +394,7 @@ def brute_force_peak_frontier(cg, usage, max_strategies=MAX_BRUTE_FORCE_STRATEGI
     edge_choices = idx[:, cg.n_nodes:].astype(np.int64)
     peak, tim = evaluate_peak(cg, usage, choices, edge_choices)
     sel = np.nonzero(np.isfinite(tim))[0]
-    keep = sel[_pareto(peak[sel], tim[sel])]
+    keep = sel[frontier_indices(peak[sel], tim[sel])]
     return PeakFrontier(
         peak=peak[keep], time=tim[keep], choices=choices[keep], edge_choices=edge_choices[keep], exact=True,
         gap=np.zeros(keep.shape[0]), n_solves=0, seconds=_time.perf_counter() - t0,
@@ -1067,7 +1060,7 @@ def peak_frontier(cg, usage, *, max_points=10_000, max_nodes=1000, iterations=50
         raise InfeasibleError("every strategy of this cost graph uses a forbidden cost (>= FORBIDDEN_COST or +inf)")
     peak = np.array([p.peak for p in points])
     tim = np.array([p.time for p in points])
-    keep = _pareto(peak, tim)
+    keep = frontier_indices(peak, tim)
     return PeakFrontier(
         peak=peak[keep], time=tim[keep],
         choices=np.array([points[k].choices for k in keep], dtype=np.int64).reshape(len(keep), cg.n_nodes),

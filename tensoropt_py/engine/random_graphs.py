@@ -30,6 +30,15 @@ __all__ = [
 ]
 
 
+def _check_fraction(name, x, below_one=False):
+    """``x`` in [0, 1] (in [0, 1) with ``below_one``), or a clear error."""
+    if below_one and not 0 <= x < 1:
+        raise InvalidInputError(f"{name} must be in [0, 1), got {x!r}")
+    if not 0 <= x <= 1:
+        raise InvalidInputError(f"{name} must be in [0, 1], got {x!r}")
+    return x
+
+
 def _check_int(name, x, lo):
     if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x < lo:
         raise InvalidInputError(f"{name} must be an integer >= {lo}, got {x!r}")
@@ -186,8 +195,7 @@ def random_layered_dag(n_layers, width, k, layouts=None, options=1, skip_prob=0.
     options = _check_int("options", options, 1)
     if layouts is not None:
         layouts = _check_int("layouts", layouts, 1)
-    if not 0 <= skip_prob <= 1:
-        raise InvalidInputError(f"skip_prob must be in [0, 1], got {skip_prob!r}")
+    _check_fraction("skip_prob", skip_prob)
     rng = as_generator(seed)
     b = _Builder(rng, layouts, options, integer_costs)
     layers = [[b.node(k)]]
@@ -281,10 +289,8 @@ def random_cyclic_graph(n_nodes=None, max_k=3, edge_prob=0.45, forbidden_prob=0.
     n_nodes = _check_int("n_nodes", n_nodes, 1)
     max_k = _check_int("max_k", max_k, 1)
     max_options = _check_int("max_options", max_options, 1)
-    if not 0 <= edge_prob <= 1:
-        raise InvalidInputError(f"edge_prob must be in [0, 1], got {edge_prob!r}")
-    if not 0 <= forbidden_prob < 1:
-        raise InvalidInputError(f"forbidden_prob must be in [0, 1), got {forbidden_prob!r}")
+    _check_fraction("edge_prob", edge_prob)
+    _check_fraction("forbidden_prob", forbidden_prob, below_one=True)
     b = _Builder(rng, None, 1, integer_costs, 0.2)
     for _ in range(n_nodes):
         b.node(int(rng.integers(1, max_k + 1)))
@@ -296,21 +302,7 @@ def random_cyclic_graph(n_nodes=None, max_k=3, edge_prob=0.45, forbidden_prob=0.
     for u, v in pairs:
         b.edge(u, v, layout=bool(rng.uniform() < 0.3), options=int(rng.integers(1, max_options + 1)))
     if forbidden_prob > 0:
-        for c in b.nodes:
-            bad = rng.uniform(size=c.shape[0]) < forbidden_prob
-            bad[0] = False
-            c[bad, int(rng.integers(0, 2))] = 1e18
-        edges = []
-        for u, v, cost in b.edges:
-            if isinstance(cost, LayoutEdge):
-                tab = np.array(cost.table)
-                tab[rng.uniform(size=tab.shape[:-1]) < forbidden_prob, int(rng.integers(0, 2))] = 1e18
-                cost = LayoutEdge(cost.src_layout, cost.dst_layout, tab)
-            else:
-                cost = np.array(cost)
-                cost[rng.uniform(size=cost.shape[:-1]) < forbidden_prob, int(rng.integers(0, 2))] = 1e18
-            edges.append((u, v, cost))
-        b.edges = edges
+        _sentinels(b, rng, forbidden_prob)
     return b.build()
 
 
@@ -322,8 +314,13 @@ def _sentinels(b, rng, forbidden_prob):
         c[bad, int(rng.integers(0, 2))] = 1e18
     edges = []
     for u, v, cost in b.edges:
-        cost = np.array(cost)
-        cost[rng.uniform(size=cost.shape[:-1]) < forbidden_prob, int(rng.integers(0, 2))] = 1e18
+        if isinstance(cost, LayoutEdge):
+            tab = np.array(cost.table)
+            tab[rng.uniform(size=tab.shape[:-1]) < forbidden_prob, int(rng.integers(0, 2))] = 1e18
+            cost = LayoutEdge(cost.src_layout, cost.dst_layout, tab)
+        else:
+            cost = np.array(cost)
+            cost[rng.uniform(size=cost.shape[:-1]) < forbidden_prob, int(rng.integers(0, 2))] = 1e18
         edges.append((u, v, cost))
     b.edges = edges
 
@@ -361,10 +358,8 @@ def random_sparse_cyclic_graph(n_nodes, k, chord_prob=0.5, window=4, forbidden_p
     n_nodes = _check_int("n_nodes", n_nodes, 3)
     k = _check_int("k", k, 1)
     window = _check_int("window", window, 2)
-    if not 0 <= chord_prob <= 1:
-        raise InvalidInputError(f"chord_prob must be in [0, 1], got {chord_prob!r}")
-    if not 0 <= forbidden_prob < 1:
-        raise InvalidInputError(f"forbidden_prob must be in [0, 1), got {forbidden_prob!r}")
+    _check_fraction("chord_prob", chord_prob)
+    _check_fraction("forbidden_prob", forbidden_prob, below_one=True)
     rng = as_generator(seed)
     b = _Builder(rng, None, 1, integer_costs)
     for _ in range(n_nodes):
@@ -415,8 +410,7 @@ def random_interval_usage(cg, max_span=8, horizon=None, empty_prob=0.0, seed=Non
         raise InvalidInputError(f"cg must be a CostGraph, got {type(cg).__name__}")
     max_span = _check_int("max_span", max_span, 1)
     horizon = cg.n_nodes if horizon is None else _check_int("horizon", horizon, 1)
-    if not 0 <= empty_prob <= 1:
-        raise InvalidInputError(f"empty_prob must be in [0, 1], got {empty_prob!r}")
+    _check_fraction("empty_prob", empty_prob)
     rng = as_generator(seed)
     n = cg.n_nodes
     start = rng.integers(0, horizon, size=n)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InvalidInputError, MemoryLimitError
+from .algebra import frontier_indices
 from .cost_graph import CostGraph, LayoutEdge
 
 __all__ = ["RelaxationBounds", "relaxation_bounds", "screen_out", "restrict", "lam_grid"]
@@ -103,11 +104,13 @@ def _class_min(h, cls, n_cls):
     return np.minimum.reduceat(h[:, order], starts, axis=1)
 
 
-def _edge_row(tab, ua, ub, lams, row):
-    """Row ``row`` of :func:`_weigh` for an edge table restricted to the classes in use,
-    its best option: ``(A', B')``."""
+def _edge_rows(tab, ua, ub, lams):
+    """The rows of :func:`_weigh` for an edge table restricted to the classes in use, each
+    at its best option: ``(A', B')`` arrays, one weight at a time (an edge's rows are never
+    all in memory at once)."""
     sub = tab[np.ix_(ua, ub)]
-    return _weigh(sub[..., 0], sub[..., 1], lams[row:row + 1] if row < lams.size else np.zeros(0))[0].min(axis=2)
+    for row in range(lams.size + 1):
+        yield _weigh(sub[..., 0], sub[..., 1], lams[row:row + 1] if row < lams.size else lams[:0])[0].min(axis=2)
 
 
 def relaxation_bounds(cg, lams, max_bytes=None):
@@ -140,7 +143,6 @@ def relaxation_bounds(cg, lams, max_bytes=None):
     if lams.size == 0 or lams[0] != 0 or not np.all(np.isfinite(lams)) or (lams < 0).any():
         raise InvalidInputError(f"lams must be finite weights >= 0 starting with 0, got {lams.tolist()}")
     n = cg.n_nodes
-    n_rows = lams.size + 1
     unary = [_weigh(c[:, 0], c[:, 1], lams) for c in cg.node_costs]
     classes = []  # per edge: the classes in use at each end and every config's index among them
     coupling = np.zeros(cg.n_edges)
@@ -155,7 +157,7 @@ def relaxation_bounds(cg, lams, max_bytes=None):
                 f"needs {need / 2**20:.1f} MiB, more than max_bytes = {max_bytes / 2**20:.1f} MiB",
                 used_bytes=int(need), limit_bytes=int(max_bytes))
         classes.append((ua, ub, sm.reshape(-1), dm.reshape(-1)))
-        x = _edge_row(tab, ua, ub, mid, 0)
+        x = next(_edge_rows(tab, ua, ub, mid))
         fin = np.isfinite(x)
         if fin.any():
             x = np.where(fin, x, 2.0 * float(np.abs(x[fin]).max()) + 1.0)
@@ -185,21 +187,18 @@ def relaxation_bounds(cg, lams, max_bytes=None):
             adj[v].append((u, e))
         else:  # relaxed: its least cost for each config of u, whatever v does
             ua, ub, sm, dm = classes[e]
-            rows = np.stack([_edge_row(cg._norm[e][4], ua, ub, lams, r).min(axis=1) for r in range(n_rows)])
+            rows = np.stack([w.min(axis=1) for w in _edge_rows(cg._norm[e][4], ua, ub, lams)])
             unary[u] = unary[u] + rows[:, sm]
 
     def message(e, src, h):
-        """Min over ``src``'s configs of ``h`` plus edge ``e``, for each config of the other end
-        (one weight at a time: an edge's rows are never all in memory at once)."""
+        """Min over ``src``'s configs of ``h`` plus edge ``e``, for each config of the other end."""
         ua, ub, sm, dm = classes[e]
-        tab = cg._norm[e][4]
+        rows = _edge_rows(cg._norm[e][4], ua, ub, lams)
         if cg._norm[e][0] == src:
             hc = _class_min(h, sm, ua.size)
-            out = np.stack([(_edge_row(tab, ua, ub, lams, r) + hc[r][:, None]).min(axis=0) for r in range(n_rows)])
-            return out[:, dm]
+            return np.stack([(w + hc[r][:, None]).min(axis=0) for r, w in enumerate(rows)])[:, dm]
         hc = _class_min(h, dm, ub.size)
-        out = np.stack([(_edge_row(tab, ua, ub, lams, r) + hc[r][None, :]).min(axis=1) for r in range(n_rows)])
-        return out[:, sm]
+        return np.stack([(w + hc[r][None, :]).min(axis=1) for r, w in enumerate(rows)])[:, sm]
 
     bounds = [None] * n
     seen = np.zeros(n, dtype=bool)
@@ -276,9 +275,7 @@ def screen_out(rb, memory, time, max_corners=256):
     """
     mem = np.asarray(memory, dtype=np.float64)
     tim = np.asarray(time, dtype=np.float64)
-    order = np.lexsort((tim, mem))
-    mem, tim = mem[order], tim[order]
-    keep = tim < np.minimum.accumulate(np.concatenate([[np.inf], tim[:-1]]))
+    keep = frontier_indices(mem, tim)
     mem, tim = mem[keep], tim[keep]
     if mem.size == 0:
         return [np.zeros(b.shape[1], dtype=bool) for b in rb.bounds]
@@ -393,7 +390,6 @@ def improving_moves(cg, choices, edge_choices, memory, time, front_memory, front
     order = np.argsort(front_memory, kind="stable")
     fm, ft = front_memory[order], np.minimum.accumulate(front_time[order])
     choices = np.asarray(choices)
-    n_e = cg.n_edges
     inc = [[] for _ in range(cg.n_nodes)]
     for e, (u, v, *_r) in enumerate(cg._norm):
         inc[u].append(e)
@@ -405,14 +401,14 @@ def improving_moves(cg, choices, edge_choices, memory, time, front_memory, front
         dt = c[None, :, 1] - c[ci, 1][:, None]
         for e in inc[i]:
             u, v, smap, dmap, tab = cg._norm[e]
-            opt = edge_choices[:, e] if n_e else 0
+            opt = edge_choices[:, e]
             if u == i:
                 old = tab[smap[ci], dmap[choices[:, v]], opt]  # (P, 2)
                 new = tab[smap[None, :], dmap[choices[:, v]][:, None]]  # (P, K, R, 2)
             else:
                 old = tab[smap[choices[:, u]], dmap[ci], opt]
                 new = tab[smap[choices[:, u]][:, None], dmap[None, :]]  # (P, K, R, 2)
-            best = np.where(np.isfinite(new[..., 1]), new[..., 1], np.inf).argmin(axis=2)
+            best = new[..., 1].argmin(axis=2)  # fastest option (absent ones are +inf)
             new = np.take_along_axis(new, best[..., None, None], axis=2)[:, :, 0, :]
             dm = dm + new[..., 0] - old[:, None, 0]
             dt = dt + new[..., 1] - old[:, None, 1]

@@ -38,6 +38,7 @@ import numpy as np
 
 from ..errors import InfeasibleError, InvalidInputError, MemoryLimitError
 from ..elimination.kernels import check_epsilon, resolve_threads
+from .algebra import frontier_indices
 from .cost_graph import CostGraph, evaluate
 from .result import TrackedFrontier
 
@@ -221,10 +222,7 @@ def _union(mem, tim, ch, ech, mem2, tim2, ch2, ech2):
     """Reduced union of two frontiers with their strategies; also the kept indices."""
     mem_all = np.concatenate([mem, mem2])
     tim_all = np.concatenate([tim, tim2])
-    order = np.lexsort((np.arange(mem_all.size), tim_all, mem_all))
-    ts = tim_all[order]
-    prev = np.minimum.accumulate(np.concatenate([[np.inf], ts[:-1]]))
-    keep = order[ts < prev]
+    keep = frontier_indices(mem_all, tim_all)
     return mem_all[keep], tim_all[keep], np.concatenate([ch, ch2])[keep], np.concatenate([ech, ech2])[keep], keep
 
 
