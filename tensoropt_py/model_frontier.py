@@ -355,7 +355,7 @@ def compute_frontier(graph, cluster, devices: int, *, method: Method = "ldp", ex
     t2 = _time.perf_counter()
     note("track", 1.0, t2 - t1)
     # the memory axis is each strategy's peak live memory (cost.memory), not Eq. 3's sum
-    keep, memory = peak_frontier(mcg, tracked.memory, tracked.time, tracked.choices, tracked.edge_choices)
+    keep, memory = peak_frontier(mcg, tracked.time, tracked.choices, tracked.edge_choices)
     choices = np.asarray(tracked.choices, dtype=np.int64)[keep]
     edge_choices = np.asarray(tracked.edge_choices, dtype=np.int64)[keep]
     compute = np.zeros(len(keep))

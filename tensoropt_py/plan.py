@@ -376,13 +376,12 @@ def plan_from_choices(mcg, choices, edge_choices, *, model: str, cluster: str, o
     precision : {"32-true", "bf16-mixed"}
         The precision the costs assumed.
     """
-    from .cost.memory import MemoryModel, models_peak
+    from .cost.memory import MemoryModel
 
     record = mcg.decode(choices, edge_choices)
     graph = mcg.graph
     mm = MemoryModel(mcg)
     peak = mm.profile(choices, edge_choices)
-    on_peak = models_peak(mcg)
     ops = []
     for rec in record.ops:
         op = graph.operator(rec.name)
@@ -400,13 +399,13 @@ def plan_from_choices(mcg, choices, edge_choices, *, model: str, cluster: str, o
                               backward=_collectives(rec.backward), reuse=rec.reuse, memory=rec.memory, time=rec.time,
                               rederive=_collectives(rec.rederive)))
     return Plan(model=model, cluster=cluster, devices=int(mcg.num_devices), operators=tuple(ops), edges=tuple(edges),
-                memory=peak.peak if on_peak else record.memory, time=record.time, compute_time=record.compute_time,
+                memory=peak.peak, time=record.time, compute_time=record.compute_time,
                 communication_time=record.comm_time,
                 choices=tuple(int(c) for c in np.asarray(choices).ravel()),
                 edge_choices=tuple(int(c) for c in np.asarray(edge_choices).ravel()),
                 model_fingerprint=fingerprint or graph.fingerprint(), optimizer=optimizer, method=method,
-                precision=precision, peak_operator=peak.operator if on_peak else "",
-                peak_phase=peak.phase if on_peak else "", additive_memory=record.memory,
+                precision=precision, peak_operator=peak.operator,
+                peak_phase=peak.phase, additive_memory=record.memory,
                 memory_timeline=tuple(float(x) for x in mm.live(choices, edge_choices)), meshes=mcg.meshes)
 
 

@@ -54,7 +54,7 @@ def _best_under(memory, time, cap):
 def _peak_brute_force(fr):
     """The brute-force (additive) frontier with each point's memory replaced by its peak, Pareto-filtered."""
     bf = brute_force_frontier(fr.cost_graph)
-    keep, peaks = peak_frontier(fr.model_cost_graph, bf.memory, bf.time, bf.choices, bf.edge_choices)
+    keep, peaks = peak_frontier(fr.model_cost_graph, bf.time, bf.choices, bf.edge_choices)
     return dataclasses.replace(bf, memory=peaks, time=np.asarray(bf.time)[keep],
                                choices=np.asarray(bf.choices)[keep], edge_choices=np.asarray(bf.edge_choices)[keep])
 

@@ -10,8 +10,9 @@ gradient, the optimizer's scratch tensors. This module walks the iteration the w
 The timeline (per device, steady state: optimizer state exists, ``zero_grad(set_to_none=True)``)
 --------------------------------------------------------------------------------------------
 Events: for every operator in graph order the rescheduling of its inputs, then its forward
-(``0 .. 2n-1``), the backward of every operator in reverse order (``2n .. 3n-1``), then the
-optimizer step (``3n``, gradient all-reduces included). Live memory at an event is the sum of
+(``0 .. 2n-1``); for every operator in reverse order its backward, then the rescheduling of its
+input gradients to their producers' layouts (``2n .. 4n-1``); then the optimizer step (``4n``,
+gradient all-reduces included). Live memory at an event is the sum of
 the allocations whose interval holds it, plus the event's own transient:
 
 ==================================== =========================================== ==========================
@@ -28,9 +29,11 @@ output kept by no operator           forward of producer .. forward of last     
 output kept by consumers only        forward of producer .. before first keeper    then the keeper's copy
 gradient of an activation            backward of its last reader .. backward of    what autograd accumulates
                                      its producer
-rescheduling buffers                 before the consumer's forward; the            input, result and the result
-                                     producer's backward for the gradient's       in place, per collective
+rescheduling buffers                 before the consumer's forward; after its      input, result and the result
+                                     backward for the gradient's                  in place, per collective
 consumer's rescheduled copy          the consumer's forward                        unless it keeps it (saved)
+gradient of a rescheduled copy       after the consumer's backward                 the backward rescheduling's
+                                                                                  input
 ==================================== =========================================== ==========================
 
 A shared parameter is kept in its first reader's layout; a reader with another layout holds a
@@ -52,17 +55,16 @@ a group's flat gradient and its reduce-scatter result (then the chunk's gradient
 step on the chunk, and the all-gather of the updated weights. Recomputation: a recomputed
 operator's outputs are dropped after their last forward reader; its re-run's outputs live from
 the first backward read of one of them (its own backward or a consumer's that saved one, or a
-recomputed consumer's re-run) to its backward; and, as the executor keeps every saved tensor's
-holder while re-runs reference them, nothing saved is freed before backward ends. bf16-mixed:
+recomputed consumer's re-run) to its backward. bf16-mixed:
 bf16 activations and working weights and gradients, fp32 masters stepped by the optimizer
 with fp32 copies of their gradients.
-:func:`models_peak` says which spaces report the peak.
 
 What is exact, what is a bound
 ------------------------------
 For a given strategy the peak is exact for the model above (checked against
-``torch.distributed._tools.mem_tracker.MemTracker`` on CPU for 1-device plans of small zoo
-models, and against ``torch.cuda.max_memory_allocated`` in ``shared/ground-truth/h100``):
+``torch.distributed._tools.mem_tracker.MemTracker`` on CPU ranks for plans of small zoo
+models in every training option, ``benchmarks/bench_memory.py``, and against
+``torch.cuda.max_memory_allocated`` in ``shared/ground-truth/h100``):
 it depends on the operators' ``saved`` lists of the IR, which decide what autograd keeps.
 The engine adds costs, so the frontier is tracked on the additive memory of Eq. 3 and each
 frontier point's memory is then replaced by its peak (:func:`peak_frontier`): every point is
@@ -93,7 +95,7 @@ from ..errors import InvalidInputError
 from ..graph.ir import DTYPE_BYTES, OpKind, TensorRole
 from .optimizer import check_optimizer, state_bytes_per_param
 
-__all__ = ["MemoryProfile", "MemoryModel", "peak_frontier", "models_peak", "memory_events", "PHASES"]
+__all__ = ["MemoryProfile", "MemoryModel", "peak_frontier", "memory_events", "PHASES"]
 
 #: Phase names of :attr:`MemoryProfile.phase`.
 PHASES = ("forward", "backward", "optimizer")
@@ -367,7 +369,8 @@ class MemoryModel:
 
     def _param_memory(self, i: int, k: int) -> float:
         """The parameter part of node ``i``'s memory under config ``k`` as the cost graph charges it
-        (Eq. 1: a shared parameter's readers each pay ``1/readers`` of it in their own layout)."""
+        (Eq. 1: a shared parameter's readers each pay ``1/readers`` of it in their own layout; with
+        sharded state, :func:`~tensoropt_py.cost.training`'s master weight and state over the replicas)."""
         op, cfg = self.ops[i], self.mcg.configs[i][k]
         tensors = self.mcg.graph.tensors
         total, seen = 0.0, set()
@@ -378,9 +381,13 @@ class MemoryModel:
             spec = tensors[use.tensor]
             loc = cfg.layout(op, len(op.inputs) + pi).local_numel(spec.shape)
             if spec.role is TensorRole.PARAMETER:
-                share = 1.0 / max(int(self.readers.get(use.tensor, 1)), 1)
-                total += loc * state_bytes_per_param(self.optimizer, spec.dtype,
-                                                     mixed_precision=self.mixed_precision) * share
+                readers = max(int(self.readers.get(use.tensor, 1)), 1)
+                per = state_bytes_per_param(self.optimizer, spec.dtype, mixed_precision=self.mixed_precision)
+                total += loc * per / readers
+                _, r = self._replicas(op, cfg, use)
+                if cfg.shard_state and readers == 1 and r > 1:
+                    wb = 2 if self.mixed_precision else DTYPE_BYTES[spec.dtype]
+                    total -= loc * (per - 2 * wb) * (1.0 - 1.0 / r)
             else:
                 total += loc * DTYPE_BYTES[spec.dtype]
         return total
@@ -392,11 +399,12 @@ class MemoryModel:
     def _timeline(self, choices: np.ndarray, edge_choices: np.ndarray):
         """Live bytes ``(P, 2n + 1)`` by category: persistent (P,), grads, saved, transient."""
         P, n = choices.shape[0], self.n
-        E = 3 * n + 1
+        E = 4 * n + 1
         fwd = 2 * np.arange(n) + 1  # running an operator forward
         pre = 2 * np.arange(n)  # rescheduling an operator's inputs
-        bwd = 3 * n - 1 - np.arange(n)
-        opt = 3 * n
+        bwd = 4 * n - 2 - 2 * np.arange(n)  # running an operator backward
+        post = bwd + 1  # rescheduling its input gradients (autograd runs that right after it)
+        opt = 4 * n
         d_grad = np.zeros((P, E + 1))
         d_saved = np.zeros((P, E + 1))
         d_trans = np.zeros((P, E + 1))
@@ -414,10 +422,6 @@ class MemoryModel:
 
         recomputed = np.array([[c.recompute for c in cfgs] for cfgs in self.mcg.configs], dtype=object)
         rec = np.stack([np.asarray(recomputed[i], dtype=bool)[choices[:, i]] for i in range(n)], axis=1)
-        # With any recomputed operator the executor keeps every saved tensor's holder (they and the
-        # re-runs reference each other) until backward ends: nothing saved is freed during backward.
-        held = rec.any(axis=1)
-        saved_end = np.where(held[:, None], opt - 1, bwd[None, :])  # (P, n)
         rerun_from = self._rerun_starts(rec)
         for i in range(n):
             ks = choices[:, i]
@@ -429,7 +433,7 @@ class MemoryModel:
             persistent += per
             largest = np.maximum(largest, np.array([v[5] for v in vals])[inv])
             add(d_grad, gr, bwd[i], opt)
-            add(d_saved, sv, fwd[i], saved_end[:, i])
+            add(d_saved, sv, fwd[i], bwd[i])
             z = np.array([v[7] for v in vals])[inv]  # (P, 4)
             zero_sync = np.maximum(zero_sync, z[:, 0])
             zero_kept += z[:, 1]
@@ -463,13 +467,17 @@ class MemoryModel:
                 add(d_saved, np.where(np.isfinite(mem), mem, 0.0), fwd[v], bwd[v])
             else:
                 add(d_saved, np.where(np.isfinite(mem), mem, 0.0), fwd[u], bwd[u])
-            # the rescheduling's buffers (the consumer's copy included), live during its forward,
-            # and the gradient's in the consumer's backward
+            # the rescheduling's buffers (the consumer's copy included), live during its forward;
+            # in backward, once the consumer's backward is done, the gradient of its copy and the
+            # buffers rescheduling it into the producer's layout
             fw, bw = self._path_bytes(j, a, b)
             point_trans[:, pre[v]] += fw
             if info.consumer not in self._saved_by.get(info.tensor, ()):
                 point_trans[:, fwd[v]] += self._copy_bytes(j, a, b)  # the consumer reads its copy
-            point_trans[:, bwd[u]] += bw
+            point_trans[:, post[v]] += bw
+            if info.reuse == "keep":  # a recomputed producer's copy, re-derived for the consumer's backward
+                dropped = (sc[choices[:, u]] >= len(info.src_layouts)) & np.isfinite(mem)
+                point_trans[:, bwd[v]] += np.where(dropped, fw, 0.0)
             if table.shape[2] > 1:  # a copy dropped after forward is re-derived in backward
                 at_v, at_u = self._rederive_bytes(j, a, b, r)
                 point_trans[:, bwd[v]] += at_v
@@ -542,10 +550,8 @@ class MemoryModel:
     def _path_bytes(self, j: int, a: np.ndarray, b: np.ndarray):
         """Transient bytes of edge ``j``'s forward and backward reschedulings per point.
 
-        A collective step holds its input, its result and the result rearranged into the
-        target layout (the executor's backends gather into a new buffer, then copy into place):
-        ``in + 2 out`` for every step after the first (the first reads the producer's tensor,
-        counted already), ``2 out`` for the first.
+        A step holds its input (except the first step, which reads the producer's tensor, counted
+        already) and what :func:`_step_bytes` says it allocates.
         """
         pairs = np.stack([a, b], axis=1)
         uniq, inv = np.unique(pairs, axis=0, return_inverse=True)
@@ -584,12 +590,17 @@ class MemoryModel:
                 src, dst = info.src_layouts[int(ai)], info.dst_layouts[int(bi)]
                 path = (rs.path(spec.shape, spec.dtype, src, dst) if name == "producer_copy"
                         else rs.path(spec.shape, spec.dtype, dst, src.without_partial()))
-                hit = self._paths[key] = _path_peak(path, spec.shape, DTYPE_BYTES[spec.dtype], True)
+                hit = self._paths[key] = _path_peak(path, spec.shape, DTYPE_BYTES[spec.dtype], True,
+                                                    self._upcast(spec.dtype))
             if name == "producer_copy":
                 u_v[q] = hit
             else:
                 u_u[q] = hit
         return u_v[inv], u_u[inv]
+
+    def _upcast(self, dtype: str) -> bool:
+        """Whether collectives that sum ``dtype`` run in fp32 (bf16 on the CPU's MPI backend)."""
+        return self.cpu and dtype == "bfloat16"
 
     def _edge_path_bytes(self, j: int, a: int, b: int):
         info = self.mcg.edges[j]
@@ -600,13 +611,15 @@ class MemoryModel:
         rs = self.mcg.rescheduler
 
         def peak(path, keep_last):
-            return _path_peak(path, spec.shape, item, keep_last)
+            return _path_peak(path, spec.shape, item, keep_last, self._upcast(spec.dtype))
 
         fwd = peak(rs.path(spec.shape, spec.dtype, info.src_layouts[a], info.dst_layouts[b]), True)
         bwd = 0.0
         if info.backward:  # its result is the producer's output gradient, counted already
-            bwd = peak(rs.backward(spec.shape, spec.dtype, info.src_layouts[a], info.dst_layouts[b],
-                                   info.dst_grad_layouts[b]), False)
+            path = rs.backward(spec.shape, spec.dtype, info.src_layouts[a], info.dst_layouts[b],
+                               info.dst_grad_layouts[b])
+            if path.steps:  # the path reads the gradient of the consumer's copy, held until it is done
+                bwd = peak(path, False) + info.dst_grad_layouts[b].local_numel(spec.shape) * item
         return fwd, bwd
 
     def _check(self, choices, edge_choices):
@@ -636,7 +649,7 @@ class MemoryModel:
         return persistent + np.max(grads + saved + trans, axis=1)
 
     def live(self, choices, edge_choices=None) -> np.ndarray:
-        """Live bytes at every event of one strategy's iteration, ``(3n + 1,)``
+        """Live bytes at every event of one strategy's iteration, ``(4n + 1,)``
         (events named by :func:`memory_events`)."""
         choices, edge_choices = self._check(choices, edge_choices)
         if choices.shape[0] != 1:
@@ -655,8 +668,8 @@ class MemoryModel:
         n = self.n
         if e < 2 * n:
             phase, op = "forward", self.ops[e // 2].name
-        elif e < 3 * n:
-            phase, op = "backward", self.ops[3 * n - 1 - e].name
+        elif e < 4 * n:
+            phase, op = "backward", self.ops[n - 1 - (e - 2 * n) // 2].name
         else:
             phase, op = "optimizer", ""
         additive = self._additive(choices[0], edge_choices[0])
@@ -672,13 +685,29 @@ class MemoryModel:
         return total
 
 
-def _path_peak(path, shape, item, keep_last) -> float:
+def _step_bytes(kind, inp, out, upcast) -> float:
+    """Bytes one rescheduling step allocates next to its input block of ``inp`` bytes, as the
+    executor runs it (:func:`tensoropt_py.exec.reschedule_exec.run_step` and the backends): a
+    slice copies its block; an all-gather receives the stacked blocks, then places them; an
+    all-reduce receives its result; a reduce-scatter stacks the pieces to send and receives one;
+    an all-to-all stacks and receives, then places (the stacked pieces are gone by then).
+    ``upcast``: the sums of bf16 run in fp32 (the MPI backend): an fp32 copy of what is sent
+    and an fp32 result before the bf16 one."""
+    if kind == "slice":
+        return out
+    if kind in ("all_gather", "all_to_all"):
+        return 2 * out
+    sent = inp if kind == "reduce_scatter" else 0.0
+    return sent + out + (2 * inp + 2 * out if upcast else 0.0)
+
+
+def _path_peak(path, shape, item, keep_last, upcast=False) -> float:
     """Most bytes a rescheduling path holds at once beyond its source (see ``_path_bytes``)."""
     best = 0.0
     for k, st in enumerate(path.steps):
         out = st.after.local_numel(shape) * item
-        inp = st.before.local_numel(shape) * item if k else 0.0
-        best = max(best, inp + (2 * out if st.kind != "slice" else out))
+        inp = st.before.local_numel(shape) * item
+        best = max(best, (inp if k else 0.0) + _step_bytes(st.kind, inp, out, upcast))
     if path.steps and not keep_last:
         best -= path.steps[-1].after.local_numel(shape) * item
     return float(max(best, 0.0))
@@ -688,7 +717,8 @@ def memory_events(operators) -> tuple:
     """``(operator, phase)`` of every event of the timeline, for operators in graph order.
 
     Event ``2i`` reschedules operator ``i``'s inputs and ``2i + 1`` runs it forward,
-    ``3n - 1 - i`` runs its backward, ``3n`` is the optimizer step (operator ``""``).
+    ``4n - 2 - 2i`` runs its backward and ``4n - 1 - 2i`` reschedules its input gradients,
+    ``4n`` is the optimizer step (operator ``""``).
 
     Parameters
     ----------
@@ -697,43 +727,23 @@ def memory_events(operators) -> tuple:
     Examples
     --------
     >>> memory_events(["a", "b"])
-    (('a', 'forward'), ('a', 'forward'), ('b', 'forward'), ('b', 'forward'), ('b', 'backward'), ('a', 'backward'), ('', 'optimizer'))
+    (('a', 'forward'), ('a', 'forward'), ('b', 'forward'), ('b', 'forward'), ('b', 'backward'), ('b', 'backward'), ('a', 'backward'), ('a', 'backward'), ('', 'optimizer'))
     """
     ops = tuple(operators)
     fwd = tuple((op, "forward") for op in ops for _ in range(2))
-    return fwd + tuple((op, "backward") for op in reversed(ops)) + (("", "optimizer"),)
+    return fwd + tuple((op, "backward") for op in reversed(ops) for _ in range(2)) + (("", "optimizer"),)
 
 
-def models_peak(mcg) -> bool:
-    """Whether the frontier's memory of ``mcg``'s space is the timeline's peak.
-
-    Sharded optimizer state (ZeRO-1) and bf16-mixed precision are on the timeline. A space
-    holding recomputed configurations keeps Eq. 3's additive memory: the timeline follows
-    recomputation (re-runs in backward, saved tensors held to the end of backward), but against
-    the executor on CPU it is off by up to 12% on such plans, no closer than the sum.
+def peak_frontier(mcg, time, choices, edge_choices, *, model: MemoryModel | None = None):
+    """Give each point of a tracked frontier (additive memory) its peak; keep the Pareto points.
 
     Parameters
     ----------
     mcg : ModelCostGraph
-
-    Examples
-    --------
-    >>> from types import SimpleNamespace as N
-    >>> models_peak(N(configs=((N(recompute=False, shard_state=True),),)))
-    True
-    """
-    return not any(getattr(c, "recompute", False) for cfgs in mcg.configs for c in cfgs)
-
-
-def peak_frontier(mcg, memory, time, choices, edge_choices, *, model: MemoryModel | None = None):
-    """Replace a tracked frontier's additive memory by each point's peak; keep the Pareto points.
-
-    Parameters
-    ----------
-    mcg : ModelCostGraph
-    memory, time : array (P,)
-        The tracked frontier (additive memory).
+    time : array (P,)
+        The tracked frontier's time.
     choices, edge_choices : array (P, n), (P, edges)
+        Its strategies.
     model : MemoryModel, optional
 
     Returns
@@ -746,8 +756,6 @@ def peak_frontier(mcg, memory, time, choices, edge_choices, *, model: MemoryMode
     time = np.asarray(time, dtype=float)
     if len(time) == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0)
-    if model is None and not models_peak(mcg):  # additive memory: the tracked frontier as it is
-        return np.arange(len(time), dtype=np.int64), np.asarray(memory, dtype=float)
     mm = model if model is not None else MemoryModel(mcg)
     peaks = mm.peaks(choices, edge_choices)
     order = np.lexsort((time, peaks))

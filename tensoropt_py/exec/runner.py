@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import weakref
 import os
 import statistics
 import sys
@@ -245,7 +246,7 @@ class _Edge:
 class _Saved:
     """A tensor autograd saved (the pack hook's handle): kept, or released and re-derived on unpack."""
 
-    __slots__ = ("tensor", "source", "geometry")
+    __slots__ = ("tensor", "source", "geometry", "__weakref__")
 
     def __init__(self, tensor):
         self.tensor, self.source, self.geometry = tensor, None, None
@@ -498,8 +499,8 @@ class Executor:
         copies = self._copies  # consumer copies the "consumer_copy" edges re-derive from, by edge
         for i, op in enumerate(g.operators):
             if op.kind is OpKind.INPUT:
-                for u in op.outputs:
-                    env[u.tensor] = self._store(u.tensor, shard(data[u.tensor], self.out_layout(op, u.tensor),
+                for u in op.outputs:  # the full batch goes once sharded: a loader gives each rank its block
+                    env[u.tensor] = self._store(u.tensor, shard(data.pop(u.tensor), self.out_layout(op, u.tensor),
                                                                 rank).to(self.device))
             else:
                 ins = {}
@@ -595,7 +596,8 @@ class Executor:
             return run_steps(src, e.rederive, self.graph.tensors[e.tensor].shape, be.rank, be)
 
     def _rederive_from(self, e, copies):
-        return self._rederive(e, copies[e.tag])
+        # runs once per iteration: the consumer's copy is no longer needed here after it
+        return self._rederive(e, copies.pop(e.tag))
 
     def _sync_grads(self):
         be = self.be
@@ -640,21 +642,25 @@ class Executor:
         # what backward will read: kept saved tensors and the copies re-derivations start from
         sources = [self._copies[x] if isinstance(x, str) else x for x in self._sources]
         saved = _saved_bytes([h.tensor for h in self._holders if h.tensor is not None] + sources, self._param_ptrs)
-        # autograd owns the holders now: dropping our references lets backward free each saved
-        # tensor after its node runs (as plain torch does) instead of at the end of backward.
-        # With recomputation, holders, re-runs and re-derivations reference each other: those
-        # holders are kept to break the cycles after backward, so this iteration's tensors go
-        # then, not at a garbage collection.
-        entangled = self._holders if self._reruns else []
-        self._holders, self._sources, self._seq = [], [], []
+        # autograd owns the holders and re-runs now: dropping our references lets backward free
+        # each saved tensor after its node runs (as plain torch does) instead of at the end of
+        # backward. Weak references let us clear what is still alive after backward, so a cycle
+        # among holders, re-runs and re-derivations goes then, not at a garbage collection.
+        entangled = [weakref.ref(h) for h in self._holders] if self._reruns else []
+        reruns = [weakref.ref(r) for r in self._reruns.values()]
+        self._holders, self._sources, self._seq, self._reruns = [], [], [], {}
         sources = None
         with be.phase("bwd"):
             loss.backward()
         loss = loss.detach()
-        for h in entangled:
-            h.tensor = h.source = None
-        for r in self._reruns.values():
-            r.result = r.sources = None
+        for ref in entangled:
+            h = ref()
+            if h is not None:
+                h.tensor = h.source = None
+        for ref in reruns:
+            r = ref()
+            if r is not None:
+                r.result = r.sources = None
         self._holders, self._sources, self._copies = [], [], {}
         self._seq, self._reruns = [], {}
         self._sync_grads()

@@ -185,7 +185,7 @@ class Rerun:
     """
 
     __slots__ = ("local_op", "sources", "requires_grad", "params", "count", "context", "name", "result", "left",
-                 "store")
+                 "store", "__weakref__")
 
     def __init__(self, local_op, sources, requires_grad, params, packed_count, context, name, store=None):
         self.local_op, self.sources, self.requires_grad = local_op, sources, requires_grad
