@@ -26,6 +26,11 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   identical results); (b) 200 to 1000 nodes, 4 configs, sparse local cycles, at three peak
   limits between the least possible and the fastest strategy's peak: root Lagrangian solve
   (``max_nodes=1``) time vs its lower bound (gap %), seconds;
+* ``iopddl``: IOPDDL contest files (:mod:`tensoropt_py.engine.iopddl`) of 2,000, 10,000 and
+  50,000 nodes (6 strategies each, sparse local cycles, 1e18 sentinels, a usage limit halfway
+  between the least possible and the fastest strategy's peak): written as ``.json.gz``, read,
+  solved at the root (``max_nodes=1``), the solution scored again from the file: seconds,
+  cost, lower bound and gap;
 * ``candidates``: ``track(candidates=r)`` (restricted to promising configs, see
   :mod:`tensoropt_py.engine.screen`) vs the default and the exact frontier on Transformers
   with many configs per operator (``--candidate-graphs``, e.g. one layer on 16 devices):
@@ -41,8 +46,8 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   build and track seconds, configurations per operator, points, peak table bytes, peak
   resident memory.
 
-Usage: python benchmarks/bench_scale.py [--cases transformer16_track fastest threads cyclic interval_peak candidates
-       candidates_depth mesh_loss llama] [--timeout 600] [--threads 1 2] [--thread-devices 8] [--max-memory 4e9]
+Usage: python benchmarks/bench_scale.py [--cases transformer16_track fastest threads cyclic interval_peak iopddl
+       candidates candidates_depth mesh_loss llama] [--timeout 600] [--threads 1 2] [--thread-devices 8] [--max-memory 4e9]
        [--candidate-graphs 1x16] [--llama-devices 32 64] [--llama-layers 32] [--llama-loss]
 """
 
@@ -203,6 +208,29 @@ for nodes in (200, 500, 1000):
         out(case="interval_peak_large", nodes=nodes, edges=cg.n_edges, kept_steps=usage.n_steps, frac=frac,
             fastest_time=fast.time, time=r.time, lower_bound=r.lower_bound, gap_pct=100 * r.gap,
             peak_over_limit=r.peak / lim, oracle_calls=r.n_oracle_calls, seconds=time.perf_counter() - t0)
+""",
+    "iopddl": r"""
+import os, tempfile
+from tensoropt_py.engine import evaluate_peak
+from tensoropt_py.engine.iopddl import IopddlProblem, read_iopddl, solution_cost, solve_iopddl, write_iopddl
+from tensoropt_py.engine.random_graphs import random_interval_usage, random_sparse_cyclic_graph
+for nodes in (2000, 10000, 50000):
+    cg = random_sparse_cyclic_graph(nodes, 6, forbidden_prob=0.05, seed=nodes, integer_costs=True)
+    usage = random_interval_usage(cg, max_span=40, seed=nodes)
+    fast = min_sum(cg, 0.0)
+    top = float(evaluate_peak(cg, usage, fast.choices)[0][0])
+    least = [int(np.argmin(np.where(np.isfinite(c[:, 1]), u, np.inf))) for c, u in zip(cg.node_costs, usage.usage)]
+    low = float(usage.loads(np.array([least])).max())
+    limit = float(round(low + 0.5 * (top - low)))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "problem.json.gz")
+        write_iopddl(IopddlProblem(f"sparse{{nodes}}", cg, usage, limit), path)
+        size = os.path.getsize(path)
+        t0 = time.perf_counter(); problem = read_iopddl(path); t_read = time.perf_counter() - t0
+    t0 = time.perf_counter(); r = solve_iopddl(problem, max_nodes=1, iterations=100); t_solve = time.perf_counter() - t0
+    out(case="iopddl", nodes=nodes, edges=cg.n_edges, strategies_per_node=6, file_mb=size / 1e6, read_s=t_read,
+        solve_s=t_solve, cost=r.time, lower_bound=r.lower_bound, gap_pct=100 * r.gap,
+        cost_rescored=solution_cost(problem, r.choices), unlimited_fastest=fast.time)
 """,
     "candidates": r"""
 def gaps(fr, ref):

@@ -90,6 +90,15 @@ def _parser():
     p.add_argument("--devices-shown", type=int, default=4, help="devices drawn by --plot (default 4)")
 
     sub.add_parser("run", help="execute a plan over MPI ranks (run under mpiexec)", add_help=False)
+
+    p = sub.add_parser("iopddl", help="solve an IOPDDL sharding-contest problem (JSON or JSON.gz file)")
+    p.add_argument("problem", help="PROBLEM.json or PROBLEM.json.gz")
+    p.add_argument("--max-nodes", type=int, default=1000,
+                   help="branch-and-bound nodes (default 1000; 1: the root relaxation only, for large problems)")
+    p.add_argument("--iterations", type=int, default=50, help="subgradient steps per branch-and-bound node")
+    p.add_argument("--max-memory", default=None,
+                   help="memory the solver's tables may take, e.g. 8GB (default: 60%% of the memory available)")
+    p.add_argument("--json", default=None, help="write the solution (one strategy index per node) and its figures")
     return parser
 
 
@@ -246,6 +255,26 @@ def _plot_simulated(plan, args):
           + ("" if measured is None else f", measured {measured * 1e3:.4g} ms") + f"); plot written to {args.plot}")
 
 
+def _cmd_iopddl(args):
+    import json
+
+    from .engine.iopddl import read_iopddl, solve_iopddl
+    from .units import parse_bytes
+
+    _check_outputs(args)
+    problem = read_iopddl(args.problem)
+    print(problem)
+    max_memory = None if args.max_memory is None else parse_bytes(args.max_memory)
+    r = solve_iopddl(problem, max_nodes=args.max_nodes, iterations=args.iterations, max_memory=max_memory)
+    how = "optimal" if r.optimal else f"within {r.gap:.3%} of the lower bound {r.lower_bound:.6g}"
+    print(f"cost {r.time:.6g} ({how}), peak usage {r.peak:.6g}, {r.n_nodes_explored} branch-and-bound nodes, "
+          f"{r.seconds:.3g} s")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"problem": problem.name, "solution": r.choices.tolist(), "cost": r.time, "peak_usage": r.peak,
+                       "lower_bound": r.lower_bound, "optimal": bool(r.optimal), "seconds": r.seconds}, fh)
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # calibrate and run parse their own flags (they run under mpiexec).
@@ -258,7 +287,8 @@ def main(argv=None) -> int:
 
         return _guard(lambda: run_main(argv[1:]))
     args = _parser().parse_args(argv)
-    handler = {"frontier": _cmd_frontier, "find": _cmd_find, "profile": _cmd_profile, "show": _cmd_show}[args.command]
+    handler = {"frontier": _cmd_frontier, "find": _cmd_find, "profile": _cmd_profile, "show": _cmd_show,
+               "iopddl": _cmd_iopddl}[args.command]
     return _guard(lambda: handler(args))
 
 

@@ -11,13 +11,15 @@ Knows nothing about DNNs: it works on a :class:`CostGraph` (see DESIGN.md "Contr
 * :class:`IntervalUsage`, :func:`min_time_under_peak`, :func:`peak_frontier`: memory as a
   peak over live intervals instead of a sum (Lagrangian branch and bound), with
   :func:`evaluate_peak` and :func:`brute_force_peak_frontier` (test oracle);
+* :mod:`.iopddl`: problem files of the IOPDDL sharding contest read into a cost graph and
+  interval usages, solved and scored;
 * :mod:`.screen`: lower bounds per node config on a spanning-forest relaxation, the
   configs they prove useless given known points, and the candidates of
   ``track(candidates=...)``;
 * :mod:`.random_graphs`: random chains / DAGs for tests and benchmarks.
 """
 
-from . import random_graphs, screen
+from . import iopddl, random_graphs, screen
 from .algebra import combine_ragged, product, reduce, reduce_ragged, thin, union
 from .cost_graph import CostGraph, LayoutEdge, brute_force_frontier, evaluate
 from .peak import (
@@ -54,6 +56,7 @@ __all__ = [
     "brute_force_peak_frontier",
     "min_time_under_peak",
     "peak_frontier",
+    "iopddl",
     "random_graphs",
     "screen",
 ]

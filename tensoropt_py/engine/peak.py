@@ -34,6 +34,7 @@ last peak found (the epsilon-constraint method).
 
 from __future__ import annotations
 
+import copy
 import heapq
 import math
 import time as _time
@@ -564,7 +565,7 @@ class _Search:
         # above it proves infeasibility even when every time is 0)
         self.t_cap = t_cap * (1 + 1e-9) + 1e-300
         self.tables = tables
-        self.plan = None
+        self.shared = {}  # the elimination plan, built on first need and shared by with_limit()
         # flat tables: the time of a strategy in two gathers (offer runs once per subgradient step)
         self.t_flat = np.concatenate(self.t_node)
         self.t_off = np.concatenate([[0], np.cumsum(cg.n_configs)[:-1]]).astype(np.int64)
@@ -590,6 +591,14 @@ class _Search:
         self.best_x = None
         self.n_oracle = 0
         self.explored = 0
+
+    def with_limit(self, limit):
+        """A fresh solve under ``limit`` sharing this one's tables and elimination plan (they do not
+        depend on the limit; a sweep of limits builds them once)."""
+        other = copy.copy(self)
+        other.limit = limit
+        other.best_time, other.best_x, other.n_oracle, other.explored = math.inf, None, 0, 0
+        return other
 
     # -- primal side ------------------------------------------------------------------
     def cutoff(self):
@@ -754,12 +763,13 @@ class _Search:
         """Exact minimiser of the Lagrangian at ``lam`` over ``allowed`` configs, or None."""
         prefix = np.concatenate([[0.0], np.cumsum(lam)])
         weight = prefix[self.hi] - prefix[self.lo]
-        if self.plan is None:
-            self.plan = _MinSumPlan(self.cg.n_configs, self.tables, self.max_entries)
+        plan = self.shared.get("plan")
+        if plan is None:
+            plan = self.shared["plan"] = _MinSumPlan(self.cg.n_configs, self.tables, self.max_entries)
         flat = np.where(np.concatenate(allowed), self.t_flat + self.usage._flat * weight[self.node_of], np.inf)
         unary = np.split(flat, self.t_off[1:])
         self.n_oracle += 1
-        res = self.plan.solve(unary)
+        res = plan.solve(unary)
         if res is None:
             return None
         total = float(lam.sum())
@@ -900,10 +910,14 @@ def _check_options(limit, max_nodes, iterations, max_enumerate, rtol, max_entrie
     return limit
 
 
-def _solve(cg, usage, limit, max_nodes, iterations, max_enumerate, rtol, max_entries):
-    """``(PeakOptimum or None, proven)``: None means no strategy found (proven infeasible if proven)."""
+def _solve(cg, usage, limit, max_nodes, iterations, max_enumerate, rtol, max_entries, base=None):
+    """``(PeakOptimum or None, proven)``: None means no strategy found (proven infeasible if proven).
+    ``base``: a :class:`_Search` of the same graph whose tables and plan are reused."""
     t0 = _time.perf_counter()
-    s = _Search(cg, usage, limit, iterations, max_enumerate, rtol, max_entries)
+    if base is None:
+        s = _Search(cg, usage, limit, iterations, max_enumerate, rtol, max_entries)
+    else:
+        s = base.with_limit(limit)
     lower, proven = s.run(max_nodes)
     if s.best_x is None:
         return None, proven
@@ -1039,11 +1053,12 @@ def peak_frontier(cg, usage, *, max_points=10_000, max_nodes=1000, iterations=50
     if isinstance(max_points, bool) or not isinstance(max_points, (int, np.integer)) or max_points < 1:
         raise InvalidInputError(f"max_points must be an integer >= 1, got {max_points!r}")
     points, exact, limit, solves = [], True, math.inf, 0
+    base = _Search(cg, usage, limit, iterations, max_enumerate, rtol, max_entries)
     while True:
         if solves >= max_points:
             exact = False
             break
-        res, proven = _solve(cg, usage, limit, max_nodes, iterations, max_enumerate, rtol, max_entries)
+        res, proven = _solve(cg, usage, limit, max_nodes, iterations, max_enumerate, rtol, max_entries, base)
         solves += 1
         if res is None:
             exact &= proven
