@@ -86,3 +86,28 @@ def test_edges_sharing_a_table_share_their_leaf():
     assert np.array_equal(fr.memory, bf.memory) and np.array_equal(fr.time, bf.time)
     m, t = evaluate(shared, fr.choices, fr.edge_choices)
     np.testing.assert_allclose(m, fr.memory)
+
+
+def test_memo_of_combines_gives_way_before_the_limit():
+    # the memo of combine results counts toward max_memory, but is emptied (oldest first)
+    # before the limit is declared reached: only the live tables themselves can raise
+    from tensoropt_py.elimination.table import Context
+
+    rng = np.random.default_rng(0)
+    ctx = Context(max_bytes=1 << 40)
+    a = ctx.node_leaf(0, rng.random((300, 2)))
+    b = ctx.node_leaf(1, rng.random((300, 2)))
+    pairs = np.array([(i, j) for i in range(300) for j in range(0, 300, 30)], dtype=np.int64)
+    term_off = np.arange(0, len(pairs) + 1, 10, dtype=np.int64)  # 10 terms per output cell
+    first = ctx.combine([a, b], term_off, pairs)
+    assert ctx._memo_bytes > 0 and ctx.stats["memo_hits"] == 0
+    again = ctx.combine([a, b], term_off, pairs)  # same content: served by the memo
+    assert ctx.stats["memo_hits"] == 1
+    np.testing.assert_array_equal(again.mem, first.mem)
+    np.testing.assert_array_equal(again.time, first.time)
+    ctx.max_bytes = ctx.held_bytes + ctx._memo_bytes // 2  # live tables fit, tables + memo do not
+    ctx.node_leaf(2, rng.random((3, 2)))
+    assert ctx._memo_bytes == 0 and not ctx._memo
+    ctx.max_bytes = ctx.held_bytes  # now the next live table itself is over
+    with pytest.raises(MemoryLimitError):
+        ctx.node_leaf(3, rng.random((3, 2)))

@@ -36,7 +36,8 @@ _I32 = np.iinfo(np.int32).max
 _MAX_TERMS_PER_BATCH = 1 << 22  # terms built per kernel call by Context.combine_gen
 _STAGE_FACTOR = 16.0  # stage a product when direct enumeration exceeds this many combos per term
 _MEMO_MIN_TERMS = 256  # combines with fewer terms are not worth hashing
-_MEMO_MAX_POINTS = 1 << 24  # cost points kept alive by the memo (oldest entries dropped first)
+_MEMO_BYTES = 1 << 29  # bytes the memo of combine results may hold without a memory budget
+_MEMO_SHARE = 4  # with a budget (max_bytes), the memo may hold up to 1/_MEMO_SHARE of it
 
 
 def _digest(*arrays):
@@ -130,8 +131,11 @@ class Context:
         self.stats = {"combines": 0, "terms": 0, "points": 0, "memo_hits": 0}
         # memo of combine results by content: model graphs repeat identical layers, whose
         # eliminations see identical tables (other node/edge ids, same costs and maps)
+        # (its entries mostly alias live tables; a dropped table's arrays stay alive through it,
+        # so it is counted in full and emptied, oldest first, before the budget is declared spent)
         self._memo: OrderedDict = OrderedDict()
-        self._memo_points = 0
+        self._memo_bytes = 0
+        self._memo_cap = _MEMO_BYTES if max_bytes is None else max(_MEMO_BYTES, int(max_bytes) // _MEMO_SHARE)
         self.max_bytes = max_bytes
         self.held_bytes = 0
         self.peak_bytes = 0
@@ -143,7 +147,11 @@ class Context:
         self.tables.append(tab)
         if count:
             self.held_bytes += tab.nbytes()
-        used = self.held_bytes + 16 * self._memo_points
+        used = self.held_bytes + self._memo_bytes
+        if self.max_bytes is not None:
+            while used > self.max_bytes and self._memo:
+                self._drop_oldest_memo()
+                used = self.held_bytes + self._memo_bytes
         if used > self.peak_bytes:
             self.peak_bytes = used
         if self.max_bytes is not None and used > self.max_bytes:
@@ -271,13 +279,19 @@ class Context:
         self.stats["terms"] += int(term_off[-1])
         self.stats["points"] += int(off[-1])
         prov = _compact(prov, parents)
-        if key is not None and int(off[-1]) <= _MEMO_MAX_POINTS // 4:
-            self._memo[key] = (off, m, t, prov)
-            self._memo_points += int(off[-1])
-            while self._memo_points > _MEMO_MAX_POINTS:
-                _, old = self._memo.popitem(last=False)
-                self._memo_points -= int(old[0][-1])
+        if key is not None:
+            entry = (off, m, t, prov)
+            nbytes = sum(a.nbytes for a in entry)
+            if nbytes <= self._memo_cap // 4:
+                self._memo[key] = entry
+                self._memo_bytes += nbytes
+                while self._memo_bytes > self._memo_cap:
+                    self._drop_oldest_memo()
         return self.register(FTable(off, m, t, parents, prov, depth=depth))
+
+    def _drop_oldest_memo(self):
+        _, old = self._memo.popitem(last=False)
+        self._memo_bytes -= sum(a.nbytes for a in old)
 
     def combine_gen(self, parents, n_out, terms_per_cell, make_terms, thin=None):
         """Like :meth:`combine` for regular term lists built in batches of output cells.
