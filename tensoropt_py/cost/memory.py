@@ -397,7 +397,7 @@ class MemoryModel:
 
     # --- the timeline -------------------------------------------------------------------------
     def _timeline(self, choices: np.ndarray, edge_choices: np.ndarray):
-        """Live bytes ``(P, 2n + 1)`` by category: persistent (P,), grads, saved, transient."""
+        """Live bytes ``(P, 4n + 1)`` by category: persistent (P,), grads, saved, transient."""
         P, n = choices.shape[0], self.n
         E = 4 * n + 1
         fwd = 2 * np.arange(n) + 1  # running an operator forward
