@@ -282,6 +282,12 @@ class Plan:
         kwargs = {f.name: _tuples(d[f.name]) for f in fields(cls) if f.name in d}
         kwargs["operators"] = tuple(OperatorPlan.from_dict(o) for o in d["operators"])
         kwargs["edges"] = tuple(EdgePlan.from_dict(e) for e in d["edges"])
+        n, timeline = len(kwargs["operators"]), kwargs.get("memory_timeline", ())
+        if n and len(timeline) == 3 * n + 1:
+            # written before each backward had its own gradient-rescheduling event: the
+            # rescheduling then held what the backward held
+            back = timeline[2 * n:3 * n]
+            kwargs["memory_timeline"] = timeline[:2 * n] + tuple(x for b in back for x in (b, b)) + timeline[3 * n:]
         return cls(**kwargs)
 
     @classmethod

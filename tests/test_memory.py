@@ -196,3 +196,18 @@ def test_sharded_state_divides_master_and_state_by_the_replicas():
             assert 0 < zero_kept < zero_sync
             checked += 1
     assert checked > 0
+
+
+def test_plans_with_the_older_timeline_load_with_one_event_per_phase():
+    from tensoropt_py.cost.memory import memory_events
+
+    plan = to.frontier("mlp", "cpu-1x4", devices=2).plan(0)
+    n = len(plan.operators)
+    data = json.loads(plan.to_json())
+    live = data["memory_timeline"]
+    old = live[:2 * n] + live[2 * n:4 * n:2] + live[4 * n:]  # one backward event per operator
+    data["memory_timeline"] = old
+    back = Plan.from_dict(data)
+    assert len(back.memory_timeline) == len(memory_events([o.name for o in plan.operators])) == 4 * n + 1
+    assert back.memory_timeline[:2 * n] == tuple(live[:2 * n]) and back.memory_timeline[-1] == live[-1]
+    assert back.memory_timeline[2 * n:4 * n:2] == back.memory_timeline[2 * n + 1:4 * n:2] == tuple(old[2 * n:3 * n])
