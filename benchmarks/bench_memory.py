@@ -70,8 +70,7 @@ def worker(argv) -> int:
         graph = load_model(spec)
         for space in a.spaces.split(","):
             fr = to.frontier(graph, _cluster(space), devices=n, cache=False, progress=False, **SPACES[space])
-            recomputed = [sum(o.recompute for o in fr.plan(i).operators) for i in range(len(fr))] \
-                if SPACES[space].get("recompute") else [0] * len(fr)
+            recomputed = fr.option_usage()["recompute"]
             picks = {"least memory": 0, "turning point": fr.turning_point, "fastest": len(fr) - 1,
                      "most recomputed": int(np.argmax(recomputed))}
             seen = set()
@@ -82,7 +81,7 @@ def worker(argv) -> int:
                 plan = fr.plan(i)
                 rep = run_plan(plan, graph, a.steps, 0, backend="mpi", comm=comm)
                 rows.append({"ranks": n, "model": graph.name, "space": space, "plan": label, "index": i,
-                             "recomputed": recomputed[i], "predicted": plan.memory, "additive": plan.additive_memory,
+                             "recomputed": int(recomputed[i]), "predicted": plan.memory, "additive": plan.additive_memory,
                              "measured": rep.memory_measured, "peak_at": f"{plan.peak_phase} {plan.peak_operator}"})
     if comm.Get_rank() == 0:
         with open(a.out, "w") as fh:

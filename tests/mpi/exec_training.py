@@ -23,8 +23,6 @@ from mpi4py import MPI
 
 import tensoropt_py as to
 from tensoropt_py.cluster import Cluster
-from tensoropt_py.cost.builder import build_cost_graph
-from tensoropt_py.cost.training import TrainingOptions
 from tensoropt_py.engine import track
 from tensoropt_py.exec.measure import collective_counts, expected_collectives
 from tensoropt_py.exec.runner import reference_train, run_plan
@@ -63,14 +61,15 @@ def pick(fr):
     return idx, rec, sh
 
 
-def most_recomputed(graph):
-    """The strategy with the most recomputed operators on the engine's additive frontier: where
-    recomputation does not lower a model's peak, no point of the (peak) frontier recomputes."""
-    mcg = build_cost_graph(graph, Cluster.preset("cpu-1x4"), n, training=TrainingOptions(recompute=True))
+def most_recomputed(fr, graph):
+    """The strategy with the most recomputed operators on the engine's additive frontier of ``fr``'s
+    space: where recomputation does not lower a model's peak, no point of the (peak) frontier recomputes."""
+    mcg = fr.model_cost_graph
     tr = track(mcg.cost_graph)
     counts = [sum(mcg.configs[i][k].recompute for i, k in enumerate(ch)) for ch in tr.choices]
     p = int(np.argmax(counts))
-    return plan_from_choices(mcg, tr.choices[p], tr.edge_choices[p], model=graph.name, cluster="cpu-1x4"), counts[p]
+    plan = plan_from_choices(mcg, tr.choices[p], tr.edge_choices[p], model=graph.name, cluster="cpu-1x4")
+    return plan, counts[p], sum(o.shard_state for o in plan.operators)
 
 
 def check(name):
@@ -81,8 +80,8 @@ def check(name):
     out = {"points": len(fr), "plans": []}
     plans = {pname: (fr.plan(i), i, int(rec[i]), int(sh[i])) for pname, i in idx.items()}
     if not rec.max():
-        plan, count = most_recomputed(graph)
-        plans["most_recomputed"] = (plan, -1, count, 0)
+        plan, count, sharded = most_recomputed(fr, graph)
+        plans["most_recomputed"] = (plan, -1, count, sharded)
     for pname, (plan, i, recomputed, sharded) in plans.items():
         plan = Plan.from_json(plan.to_json())  # through JSON, as a user runs it
         rep = run_plan(plan, graph, args.steps, 3, backend="mpi", optimizer="adam", lr=LR, warmup=0,
