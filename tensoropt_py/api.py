@@ -21,6 +21,7 @@ from typing import Literal, Sequence
 
 import numpy as np
 
+from .engine.track import parse_epsilon
 from .errors import InfeasibleError, InvalidInputError
 from .inputs import check_devices, device_counts, load_cluster, load_model, parse_memory_cap
 from .cost.training import Precision, check_training_options
@@ -77,7 +78,7 @@ def frontier(
     example_inputs=None,
     method: Method = "ldp",
     exact: bool = False,
-    epsilon: float = 0.0,
+    epsilon: float | Literal["auto"] = "auto",
     threads: int | None = None,
     optimizer: str = "adam",
     mesh_tensorflow: bool = False,
@@ -108,9 +109,11 @@ def frontier(
     exact : bool
         Forbid heuristic elimination so the result is exactly the Pareto frontier
         of the cost model (can be slow on graphs that need branch elimination).
-    epsilon : float
-        Thin intermediate frontiers to an epsilon-Pareto set (0 = off); see
-        :func:`tensoropt_py.engine.track` for the guarantee.
+    epsilon : float or "auto"
+        Thin intermediate frontiers to an epsilon-Pareto set (0 = off); ``"auto"``: exact
+        until an intermediate frontier grows past thousands of points per config, then
+        1e-3 (with ``exact=True``: 0). See :func:`tensoropt_py.engine.track` for the
+        guarantee; ``Frontier.epsilon`` and ``Frontier.accuracy`` say what was used.
     threads : int, optional
         Engine worker threads (None: all cores); the result does not depend on it.
     optimizer : {"adam", "momentum", "sgd"}
@@ -174,7 +177,7 @@ def frontier(
     devices = cl.num_devices if devices is None else check_devices(devices, cl)
     training = check_training_options(recompute, shard_optimizer, precision, optimizer=optimizer, cluster=cl)
     meshes = check_meshes(meshes)
-    options = dict(method=method, exact=bool(exact), epsilon=float(epsilon), optimizer=optimizer,
+    options = dict(method=method, exact=bool(exact), epsilon=parse_epsilon(epsilon), optimizer=optimizer,
                    mesh_tensorflow=bool(mesh_tensorflow), max_configs=max_configs)
     # keyed by the space searched: "auto" shares its frontier with the space it resolves to
     key = _cache_key(graph, cl, devices, {**options, "recompute": training.recompute,
@@ -270,7 +273,7 @@ def find_strategy(
     example_inputs=None,
     method: Method = "ldp",
     exact: bool = False,
-    epsilon: float = 0.0,
+    epsilon: float | Literal["auto"] = "auto",
     threads: int | None = None,
     optimizer: str = "adam",
     max_configs: int | None = None,

@@ -13,11 +13,19 @@ import sys
 
 from .cost.optimizer import OPTIMIZERS
 from .cost.training import PRECISIONS
-from .errors import InfeasibleError, TensorOptError
+from .engine.track import parse_epsilon
+from .errors import InfeasibleError, InvalidInputError, TensorOptError
 from .inputs import load_cluster, parse_memory_cap
 from .space.mesh import AUTO_ALL_MAX_DEVICES, MESH_SPACES
 
 __all__ = ["main"]
+
+
+def _epsilon(text):
+    try:
+        return parse_epsilon(text)
+    except InvalidInputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _add_common(p, *, devices_many=False):
@@ -32,7 +40,9 @@ def _add_common(p, *, devices_many=False):
     p.add_argument("--memory-cap", default=None, help='memory per device, e.g. "14.5GB" (default: memory / 1.1)')
     p.add_argument("--method", choices=("ldp", "elimination"), default="ldp")
     p.add_argument("--exact", action="store_true", help="no heuristic elimination: the exact frontier")
-    p.add_argument("--epsilon", type=float, default=0.0, help="epsilon-Pareto thinning (0 = off)")
+    p.add_argument("--epsilon", type=_epsilon, default="auto",
+                   help="epsilon-Pareto thinning: a number >= 0 (0 = off) or 'auto' (the default: "
+                        "1e-3 once intermediate frontiers grow past thousands of points)")
     p.add_argument("--optimizer", choices=tuple(OPTIMIZERS), default="adam")
     p.add_argument("--recompute", action="store_true",
                    help="also offer every operator recomputation in backward (less memory, more time)")

@@ -287,7 +287,7 @@ class Frontier:
 
 
 def compute_frontier(graph, cluster, devices: int, *, method: Method = "ldp", exact: bool = False,
-                     epsilon: float = 0.0, threads: int | None = None, optimizer: str = "adam",
+                     epsilon: float | Literal["auto"] = "auto", threads: int | None = None, optimizer: str = "adam",
                      mesh_tensorflow: bool = False, max_configs: int | None = None, progress=None,
                      training=None, meshes: MeshSpace = "auto") -> Frontier:
     """The cost frontier of a parsed model on ``devices`` devices of a parsed cluster.
@@ -369,8 +369,8 @@ def compute_frontier(graph, cluster, devices: int, *, method: Method = "ldp", ex
         memory=np.asarray(memory, dtype=float), time=time, compute_time=compute,
         communication_time=np.maximum(time - compute, 0.0), choices=choices,
         edge_choices=edge_choices, devices=devices, model=graph.name,
-        cluster=cluster.name, epsilon=float(epsilon),
-        exact=bool(heuristic == 0 and epsilon == 0 and not mesh_tensorflow and max_configs is None
+        cluster=cluster.name, epsilon=float(tracked.epsilon),
+        exact=bool(heuristic == 0 and tracked.epsilon == 0 and not mesh_tensorflow and max_configs is None
                    and not mcg.meshes_restricted),
         heuristic_eliminations=heuristic, seconds={"build": t1 - t0, "track": t2 - t1},
         model_cost_graph=mcg, model_fingerprint=graph.fingerprint(), optimizer=optimizer,

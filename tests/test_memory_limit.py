@@ -111,3 +111,18 @@ def test_memo_of_combines_gives_way_before_the_limit():
     ctx.max_bytes = ctx.held_bytes  # now the next live table itself is over
     with pytest.raises(MemoryLimitError):
         ctx.node_leaf(3, rng.random((3, 2)))
+
+
+def test_a_run_past_its_auto_epsilon_retries_with_ten_times_it(monkeypatch):
+    import sys
+
+    from tensoropt_py.engine.track import AUTO_EPSILON
+
+    monkeypatch.setattr(sys.modules["tensoropt_py.engine.track"], "AUTO_EPSILON_CELL_POINTS", 1)
+    cg = _graph()
+    auto = track(cg, anchors=False)
+    assert auto.epsilon == AUTO_EPSILON
+    fr = track(cg, anchors=False, max_memory=auto.stats["peak_table_bytes"] // 2)
+    retries = fr.stats["memory_limit_retries"]
+    assert retries[0][0] == AUTO_EPSILON  # the epsilon the stopped run had switched to
+    assert fr.epsilon >= 10 * AUTO_EPSILON and fr.stats["peak_table_bytes"] <= auto.stats["peak_table_bytes"] // 2

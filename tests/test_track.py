@@ -1,5 +1,7 @@
 """track(): exact frontier vs brute force, achievability, epsilon guarantee, threads, errors."""
 
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import assume, given, settings
@@ -15,6 +17,7 @@ from tensoropt_py.engine import (
     track,
 )
 from tensoropt_py.engine.random_graphs import random_chain, random_layered_dag, random_small_dag
+from tensoropt_py.engine.track import AUTO_EPSILON, parse_epsilon
 
 METHODS = ["ldp", "elimination"]
 
@@ -347,3 +350,55 @@ def test_progress_reports_move_and_end():
     assert len(fr) > 0
     with pytest.raises(InvalidInputError, match="progress must be a callable"):
         track(cg, progress=3)
+
+
+# ---- epsilon="auto" ----------------------------------------------------------------------
+
+def _track_module():
+    return sys.modules["tensoropt_py.engine.track"]  # the package re-exports the function under that name
+
+
+def test_auto_epsilon_is_exact_while_frontiers_stay_small():
+    cg = random_chain(12, 6, layouts=3, options=2, seed=9, integer_costs=True)
+    fr = track(cg)
+    assert fr.epsilon == 0.0 and fr.epsilon_depth == 0 and "epsilon_from_combine" not in fr.stats
+    assert_same_frontier(fr, track(cg, exact=True, epsilon=0.0))
+
+
+@pytest.mark.parametrize("layouts", [None, 8])
+def test_auto_epsilon_turns_on_past_the_cell_limit_and_keeps_the_bound(monkeypatch, layouts):
+    monkeypatch.setattr(_track_module(), "AUTO_EPSILON_CELL_POINTS", 4)
+    monkeypatch.setattr(_track_module(), "AUTO_EPSILON", 0.05)  # coarse enough to drop points of these costs
+    cg = random_chain(60, 16, layouts=layouts, options=2, seed=6, integer_costs=True)
+    exact = track(cg, exact=True)
+    fr = track(cg, anchors=False)
+    assert fr.n_heuristic == 0
+    assert fr.epsilon == 0.05 and fr.epsilon_depth > 0 and fr.stats["epsilon_from_combine"] >= 1
+    assert len(fr) < len(exact)
+    assert_achievable(cg, fr)
+    bound = fr.memory_bound_factor
+    for m, t in zip(exact.memory, exact.time):
+        assert np.any((fr.time <= t) & (fr.memory <= bound * m * (1 + 1e-12)))
+
+
+def test_auto_epsilon_never_turns_on_when_exact_or_explicit(monkeypatch):
+    monkeypatch.setattr(_track_module(), "AUTO_EPSILON_CELL_POINTS", 1)
+    cg = random_chain(20, 8, layouts=4, options=2, seed=3, integer_costs=True)
+    ref = track(cg, exact=True, epsilon=0.0)
+    for fr in (track(cg, exact=True), track(cg, epsilon=0.0)):
+        assert fr.epsilon == 0.0 and "epsilon_from_combine" not in fr.stats
+        assert_same_frontier(fr, ref)
+    assert track(cg).epsilon == AUTO_EPSILON
+
+
+@pytest.mark.parametrize("bad", ["fast", "", -1, float("nan"), True, None])
+def test_parse_epsilon_names_the_bad_value(bad):
+    with pytest.raises(InvalidInputError, match=r"epsilon must be .*got"):
+        parse_epsilon(bad)
+    with pytest.raises(InvalidInputError, match="epsilon must be"):
+        track(random_chain(3, 2, seed=0), epsilon=bad)
+
+
+def test_parse_epsilon_accepts_auto_and_numbers():
+    assert parse_epsilon("auto") == "auto"
+    assert parse_epsilon("0.01") == 0.01 and parse_epsilon(0) == 0.0 and parse_epsilon(np.float32(0.5)) == 0.5

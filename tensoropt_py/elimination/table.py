@@ -121,10 +121,17 @@ class Context:
     combine, :class:`~tensoropt_py.errors.MemoryLimitError` is raised (combines are done
     in batches of at most ``_MAX_TERMS_PER_BATCH`` terms, so one step cannot overshoot
     by much). None: no limit.
+
+    ``switch``: ``None``, or ``(epsilon, cell_points)``: while ``self.epsilon`` is 0, the first
+    combine whose output has a cell of more than ``cell_points`` points turns thinning on
+    with that epsilon for every later combine (``track(epsilon="auto")``). Earlier tables
+    stay exact; the depth of every table counts only the thinned steps behind it, so the
+    bound ``(1 + epsilon) ** depth`` holds for the mixed run.
     """
 
-    def __init__(self, epsilon=0.0, threads=1, max_bytes=None):
+    def __init__(self, epsilon=0.0, threads=1, max_bytes=None, switch=None):
         self.epsilon = float(epsilon)
+        self.switch = switch
         self.threads = resolve_threads(threads)
         self.executor = _executor(self.threads)
         self.tables: list[FTable] = []
@@ -278,6 +285,11 @@ class Context:
         self.stats["combines"] += 1
         self.stats["terms"] += int(term_off[-1])
         self.stats["points"] += int(off[-1])
+        if self.switch is not None and self.epsilon == 0.0 and n_out:
+            switch_eps, cell_points = self.switch
+            if int(np.diff(off).max()) > cell_points:
+                self.epsilon = float(switch_eps)
+                self.stats["epsilon_from_combine"] = self.stats["combines"]
         prov = _compact(prov, parents)
         if key is not None:
             entry = (off, m, t, prov)

@@ -32,13 +32,14 @@ from .peak import (
     peak_frontier,
 )
 from .scalar import ScalarOptimum, min_sum
-from .track import TrackedFrontier, track
+from .track import TrackedFrontier, parse_epsilon, track
 
 __all__ = [
     "CostGraph",
     "LayoutEdge",
     "TrackedFrontier",
     "track",
+    "parse_epsilon",
     "evaluate",
     "reduce",
     "product",

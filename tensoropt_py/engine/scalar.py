@@ -93,6 +93,25 @@ def _argbest(a, axis):
     return np.where(tie, a[..., 1], np.inf).argmin(axis=axis)
 
 
+def _reduce_slabs(subs, shape, width):
+    """``min`` over axis 0 of the sum of broadcastable ``subs`` (the factors around the node
+    eliminated; full ``shape``), in slabs along the largest other axis, so that the whole
+    sum is never held at once."""
+    q = 1 + int(np.argmax(shape[1:])) if len(shape) > 1 else 0
+    red = np.empty(list(shape[1:]) + [width])
+    step = max(1, _SLAB_ENTRIES // max(1, math.prod(shape) // max(shape[q], 1))) if q else 1
+    for lo in range(0, shape[q] if q else 1, step):
+        hi = lo + step
+        acc = 0.0
+        for sub in subs:
+            if q and sub.shape[q] > 1:
+                sub = sub[(slice(None),) * q + (slice(lo, hi),)]
+            acc = acc + sub
+        # x's own unary factor spans axis 0 and every other axis has a factor: acc is full
+        red[(slice(None),) * (q - 1) + (slice(lo, hi),) if q else ()] = _best(acc, 0)
+    return red
+
+
 def min_sum(cg, lam, max_entries=MAX_FACTOR_ENTRIES):
     """The minimum of ``time + lam * memory`` over all strategies of ``cg`` (exact).
 
@@ -134,6 +153,21 @@ def min_sum(cg, lam, max_entries=MAX_FACTOR_ENTRIES):
         raise InvalidInputError(f"lam must be a float >= 0 or inf, got {lam!r}") from None
     if not lam >= 0:
         raise InvalidInputError(f"lam must be a float >= 0 or inf, got {lam!r}")
+    # the elimination order and every factor's shape follow from the layout maps alone:
+    # a run without values first refuses a graph that is too wide before any real work
+    _eliminate(cg, lam, max_entries, numeric=False)
+    return _eliminate(cg, lam, max_entries, numeric=True)
+
+
+def _eliminate(cg, lam, max_entries, numeric):
+    """Variable elimination of :func:`min_sum`. ``numeric=False``: the same steps on
+    value-less factors (zero-stride placeholders of the right shape), which raises exactly
+    where the real run would and returns None."""
+    width = 2 if math.isinf(lam) else 1
+
+    def placeholder(shape):
+        return np.broadcast_to(np.zeros(width), tuple(shape) + (width,))
+
     n = cg.n_nodes
     K = cg.n_configs
     # a factor is (vars, maps, table): its value at configs (k_z) is table[maps[0][k_z0], ...];
@@ -142,13 +176,16 @@ def min_sum(cg, lam, max_entries=MAX_FACTOR_ENTRIES):
     of_var: list[set] = [set() for _ in range(n)]
     edge_opt = []  # per edge: (u, v, argmin option (A, B), smap, dmap)
     for i, c in enumerate(cg.node_costs):
-        factors[i] = ((i,), (np.arange(K[i]),), _weigh(c[:, 0], c[:, 1], lam))
+        factors[i] = ((i,), (np.arange(K[i]),), _weigh(c[:, 0], c[:, 1], lam) if numeric else placeholder((K[i],)))
         of_var[i].add(i)
     for e, (u, v, smap, dmap, tab) in enumerate(cg._norm):
-        w = _weigh(tab[..., 0], tab[..., 1], lam)  # (A, B, R, width)
-        best = _argbest(w, 2)
-        wmin = np.take_along_axis(w, best[..., None, None], axis=2)[:, :, 0]
-        edge_opt.append((u, v, best, smap, dmap))
+        if numeric:
+            w = _weigh(tab[..., 0], tab[..., 1], lam)  # (A, B, R, width)
+            best = _argbest(w, 2)
+            wmin = np.take_along_axis(w, best[..., None, None], axis=2)[:, :, 0]
+            edge_opt.append((u, v, best, smap, dmap))
+        else:
+            wmin = placeholder(tab.shape[:2])
         fid = n + e
         factors[fid] = ((u, v), (smap, dmap), wmin)
         of_var[u].add(fid)
@@ -158,7 +195,6 @@ def min_sum(cg, lam, max_entries=MAX_FACTOR_ENTRIES):
         nbrs[u].add(v)
         nbrs[v].add(u)
 
-    width = 2 if math.isinf(lam) else 1
     total = np.zeros(width)
 
     def n_classes(fid, z):
@@ -203,7 +239,7 @@ def min_sum(cg, lam, max_entries=MAX_FACTOR_ENTRIES):
             for f in fids:
                 fv, maps, tab = factors.pop(f)
                 a = fv.index(x)
-                sub = np.take(tab, int(maps[a][0]), axis=a)
+                sub = tab[(slice(None),) * a + (int(maps[a][0]),)]
                 rest = tuple(z for z in fv if z != x)
                 if rest:
                     factors[next_id] = (rest, tuple(m for b, m in enumerate(maps) if b != a), sub)
@@ -240,26 +276,18 @@ def min_sum(cg, lam, max_entries=MAX_FACTOR_ENTRIES):
         popped = [factors[f] for f in fids]
         for f in fids:
             fv, maps, tab = factors.pop(f)
-            sub = tab[np.ix_(*[maps[a][rep[z]] for a, z in enumerate(fv)])]
-            pos = [scope.index(z) for z in fv]
-            sub = sub.transpose(list(np.argsort(pos)) + [len(fv)])
-            subs.append(sub.reshape([shape[q] if scope[q] in fv else 1 for q in range(len(scope))] + [width]))
+            if numeric:
+                sub = tab[np.ix_(*[maps[a][rep[z]] for a, z in enumerate(fv)])]
+                pos = [scope.index(z) for z in fv]
+                sub = sub.transpose(list(np.argsort(pos)) + [len(fv)])
+                subs.append(sub.reshape([shape[q] if scope[q] in fv else 1 for q in range(len(scope))] + [width]))
             for z in fv:
                 if z != x:
                     of_var[z].discard(f)
-        # min over x, in slabs along the largest other axis (never the whole sum at once)
-        q = 1 + int(np.argmax(shape[1:])) if len(shape) > 1 else 0
-        red = np.empty(shape[1:] + [width])
-        step = max(1, _SLAB_ENTRIES // max(1, math.prod(shape) // max(shape[q], 1))) if q else 1
-        for lo in range(0, shape[q] if q else 1, step):
-            hi = lo + step
-            acc = 0.0
-            for sub in subs:
-                if q and sub.shape[q] > 1:
-                    sub = sub[(slice(None),) * q + (slice(lo, hi),)]
-                acc = acc + sub
-            # x's own unary factor spans axis 0 and every other axis has a factor: acc is full
-            red[(slice(None),) * (q - 1) + (slice(lo, hi),) if q else ()] = _best(acc, 0)
+        if numeric:
+            red = _reduce_slabs(subs, shape, width)
+        else:
+            red = placeholder(shape[1:])
         others = tuple(scope[1:])
         trace.append((x, popped, rep[x]))  # decoded later from the factors themselves
         if others:
@@ -275,6 +303,8 @@ def min_sum(cg, lam, max_entries=MAX_FACTOR_ENTRIES):
         refresh(others)
         nbrs[x] = set()
         of_var[x] = set()
+    if not numeric:
+        return None
     if not np.isfinite(total).all():
         raise InfeasibleError("every strategy of this cost graph uses a forbidden cost (>= FORBIDDEN_COST or +inf)")
     choices = np.zeros(n, dtype=np.int64)

@@ -42,12 +42,49 @@ from .algebra import frontier_indices
 from .cost_graph import CostGraph, evaluate
 from .result import TrackedFrontier
 
-__all__ = ["TrackedFrontier", "track", "DEFAULT_MAX_MERGED_CONFIGS", "METHODS", "HEURISTIC_CHOICES"]
+__all__ = ["TrackedFrontier", "track", "parse_epsilon", "DEFAULT_MAX_MERGED_CONFIGS", "AUTO_EPSILON",
+           "AUTO_EPSILON_CELL_POINTS", "METHODS", "HEURISTIC_CHOICES"]
 
 DEFAULT_MAX_MERGED_CONFIGS = 1024
+AUTO_EPSILON = 1e-3
+"""The epsilon that ``epsilon="auto"`` turns on (see :func:`track`)."""
+AUTO_EPSILON_CELL_POINTS = 1024
+"""``epsilon="auto"`` thins once an intermediate frontier cell holds more points than this."""
 _MAX_DEGRADED_EPSILON = 0.1
 METHODS = ("ldp", "elimination")
 HEURISTIC_CHOICES = ("auto", "min_memory", "weighted")
+
+
+def parse_epsilon(epsilon):
+    """``epsilon`` of :func:`track` checked: ``"auto"`` or a finite float >= 0.
+
+    Parameters
+    ----------
+    epsilon : float or "auto"
+        The value to check.
+
+    Returns
+    -------
+    float or "auto"
+
+    Raises
+    ------
+    InvalidInputError
+        For anything else (a negative or non-finite number, another string).
+
+    Examples
+    --------
+    >>> parse_epsilon("auto"), parse_epsilon(1e-3), parse_epsilon(0)
+    ('auto', 0.001, 0.0)
+    """
+    if isinstance(epsilon, str):
+        if epsilon == "auto":
+            return "auto"
+        try:
+            epsilon = float(epsilon)
+        except ValueError:
+            raise InvalidInputError(f"epsilon must be 'auto' or a finite float >= 0, got {epsilon!r}") from None
+    return check_epsilon(epsilon)
 
 
 def _validate(cg, method, exact, epsilon, threads, max_merged_configs, heuristic):
@@ -57,7 +94,7 @@ def _validate(cg, method, exact, epsilon, threads, max_merged_configs, heuristic
         raise InvalidInputError(f"method must be one of {METHODS}, got {method!r}")
     if not isinstance(exact, (bool, np.bool_)):
         raise InvalidInputError(f"exact must be a bool, got {exact!r}")
-    eps = check_epsilon(epsilon)
+    eps = parse_epsilon(epsilon)
     threads = resolve_threads(threads)
     if isinstance(max_merged_configs, bool) or not isinstance(max_merged_configs, (int, np.integer)) or max_merged_configs < 1:
         raise InvalidInputError(f"max_merged_configs must be an integer >= 1, got {max_merged_configs!r}")
@@ -98,13 +135,14 @@ def leaf_bytes(cg):
     return int(total)
 
 
-def build_working_graph(cg, epsilon=0.0, threads=1, max_bytes=None):
+def build_working_graph(cg, epsilon=0.0, threads=1, max_bytes=None, switch=None):
     """The working graph of ``cg`` (leaf tables for every node and edge; parallel edges
-    already merged by edge elimination). Internal; used by :func:`track` and the tests."""
+    already merged by edge elimination). ``switch``: see :class:`~tensoropt_py.elimination.table.Context`.
+    Internal; used by :func:`track` and the tests."""
     from ..elimination.table import Context
     from ..elimination.working_graph import WEdge, WGraph
 
-    ctx = Context(epsilon, threads, max_bytes)
+    ctx = Context(epsilon, threads, max_bytes, switch)
     g = WGraph(ctx)
     for i, c in enumerate(cg.node_costs):
         K = c.shape[0]
@@ -154,15 +192,28 @@ class _Progress:
                            points=int(points), elapsed_s=elapsed, estimate_left_s=est))
 
 
-def _run(cg, method, exact, eps, threads, max_merged_configs, heuristic, fork=False, max_bytes=None, progress=None):
+def _run(cg, method, exact, eps, threads, max_merged_configs, heuristic, fork=False, max_bytes=None, progress=None,
+         switch=None):
     """One tracking run. With ``fork`` (``heuristic="auto"``), the state just before the
     first heuristic elimination is snapshotted; the snapshot is then resumed with the
     ``"weighted"`` heuristic (the run itself uses ``heuristic``), which gives exactly what
-    a second full run would, without redoing the shared prefix. Returns a list of one or
-    two results ``(mem, time, choices, edge_choices, depth, stats)``."""
+    a second full run would, without redoing the shared prefix. ``switch``: turn epsilon
+    on mid-run (see :class:`~tensoropt_py.elimination.table.Context`). Returns a list of one
+    or two results ``(mem, time, choices, edge_choices, depth, stats)``; ``stats["epsilon"]``
+    is the epsilon in force at the end. A :class:`MemoryLimitError` carries that epsilon too
+    (``exc.epsilon``)."""
+    g = None
+    try:
+        g = build_working_graph(cg, eps, threads, max_bytes, switch)
+        return _simplify_and_finish(cg, g, method, exact, max_merged_configs, heuristic, fork, progress)
+    except MemoryLimitError as exc:
+        exc.epsilon = eps if g is None else g.ctx.epsilon
+        raise
+
+
+def _simplify_and_finish(cg, g, method, exact, max_merged_configs, heuristic, fork, progress):
     from ..elimination.driver import simplify
 
-    g = build_working_graph(cg, eps, threads, max_bytes)
     ctx = g.ctx
     snap = []
 
@@ -211,6 +262,7 @@ def _finish_run(cg, g, chains):
     stats["chains"] = len(chains)
     stats["stored_points"] = int(sum(t.n_points for t in ctx.tables))
     stats["peak_table_bytes"] = int(ctx.peak_bytes)
+    stats["epsilon"] = ctx.epsilon
     mem, tim = final.mem.copy(), final.time.copy()
     ok = np.isfinite(mem) & np.isfinite(tim)  # forbidden costs are +inf: never returned
     if not ok.all():
@@ -352,7 +404,7 @@ def track(
     cg: CostGraph,
     method: Literal["ldp", "elimination"] = "ldp",
     exact: bool = False,
-    epsilon: float = 0.0,
+    epsilon: float | Literal["auto"] = "auto",
     threads: int | None = None,
     max_merged_configs: int = DEFAULT_MAX_MERGED_CONFIGS,
     heuristic: Literal["auto", "min_memory", "weighted"] = "auto",
@@ -374,9 +426,15 @@ def track(
     exact : bool
         True: never use heuristic elimination (branch elimination instead, however large);
         the result is exactly the Pareto frontier (up to ``epsilon``).
-    epsilon : float >= 0
+    epsilon : float >= 0 or "auto"
         Epsilon-Pareto thinning of intermediate frontiers (0 = off); see the module
         docstring for the proven bound ``(1 + epsilon) ** L`` on the memory loss.
+        ``"auto"`` (with ``exact=True``: 0): no thinning until an intermediate frontier cell
+        holds more than ``AUTO_EPSILON_CELL_POINTS`` (1024) points, then ``AUTO_EPSILON``
+        (1e-3) for every later step. Deep models make the exact frontier of their first
+        layers grow to 1e5 points per cell, which no user reads and which costs minutes;
+        the run reports the epsilon it ended with (``fr.epsilon``), the depth L counts only
+        the thinned steps, and ``stats["epsilon_from_combine"]`` says where thinning began.
     threads : int or None
         Worker threads for the per-config work (None = all cores). The result does not
         depend on it.
@@ -454,6 +512,10 @@ def track(
     [0, 1, 2, 3]
     """
     eps, threads = _validate(cg, method, exact, epsilon, threads, max_merged_configs, heuristic)
+    switch = None
+    if eps == "auto":
+        eps = 0.0
+        switch = None if exact else (AUTO_EPSILON, AUTO_EPSILON_CELL_POINTS)
     if progress is not None and not callable(progress):
         raise InvalidInputError(f"progress must be a callable or None, got {type(progress).__name__}")
     if anchors not in ("auto", True, False):
@@ -468,7 +530,7 @@ def track(
     if candidates is not None:
         if isinstance(candidates, bool) or not isinstance(candidates, (int, np.integer)) or candidates < 1:
             raise InvalidInputError(f"candidates must be None or an integer >= 1, got {candidates!r}")
-        kwargs = dict(method=method, exact=exact, epsilon=eps, threads=threads, max_merged_configs=max_merged_configs,
+        kwargs = dict(method=method, exact=exact, epsilon=eps if switch is None else "auto", threads=threads, max_merged_configs=max_merged_configs,
                       heuristic=heuristic, max_memory=max_memory, on_memory_limit=on_memory_limit, progress=progress)
         mem, tim, ch, ech, depth, stats, rb, keep = _run_candidates(cg, int(candidates), kwargs, int(max_memory))
         _certify(cg, rb, keep, mem, tim, stats)
@@ -492,14 +554,16 @@ def track(
         try:
             runs = _run(cg, method, bool(exact), eps, threads, int(max_merged_configs), first,
                         fork=heuristic == "auto", max_bytes=int(max_memory),
-                        progress=None if progress is None else _Progress(progress, cg.n_nodes))
+                        progress=None if progress is None else _Progress(progress, cg.n_nodes), switch=switch)
             break
         except MemoryLimitError as exc:
-            if on_memory_limit == "raise" or eps >= _MAX_DEGRADED_EPSILON:
+            if on_memory_limit == "raise" or exc.epsilon >= _MAX_DEGRADED_EPSILON:
                 raise
-            retries.append((eps, exc.used_bytes))
-            eps = min(_MAX_DEGRADED_EPSILON, max(1e-3, eps * 10))
+            retries.append((exc.epsilon, exc.used_bytes))
+            eps = min(_MAX_DEGRADED_EPSILON, max(1e-3, exc.epsilon * 10))
+            switch = None
     mem, tim, ch, ech, depth, stats = runs[0]
+    eps = max(r[5]["epsilon"] for r in runs)
     n_heur = stats["heuristic"]
     if len(runs) > 1:
         mem2, tim2, ch2, ech2, depth2, stats2 = runs[1]
