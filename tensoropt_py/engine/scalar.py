@@ -94,21 +94,32 @@ def _argbest(a, axis):
 
 
 def _reduce_slabs(subs, shape, width):
-    """``min`` over axis 0 of the sum of broadcastable ``subs`` (the factors around the node
-    eliminated; full ``shape``), in slabs along the largest other axis, so that the whole
-    sum is never held at once."""
+    """:func:`_best` over axis 0 of the sum of broadcastable factors ``subs`` (the factors
+    around the node eliminated, each a list of ``width`` contiguous arrays, one per cost
+    component; full ``shape``), in slabs along the largest other axis, so that the whole sum
+    is never held at once. Components are summed apart: a trailing axis of 2 would make
+    every broadcast addition an inner loop of length 2 (8x slower)."""
     q = 1 + int(np.argmax(shape[1:])) if len(shape) > 1 else 0
     red = np.empty(list(shape[1:]) + [width])
     step = max(1, _SLAB_ENTRIES // max(1, math.prod(shape) // max(shape[q], 1))) if q else 1
     for lo in range(0, shape[q] if q else 1, step):
         hi = lo + step
-        acc = 0.0
-        for sub in subs:
-            if q and sub.shape[q] > 1:
-                sub = sub[(slice(None),) * q + (slice(lo, hi),)]
-            acc = acc + sub
+        acc = [0.0] * width
+        for comps in subs:
+            for c, sub in enumerate(comps):
+                if q and sub.shape[q] > 1:
+                    sub = sub[(slice(None),) * q + (slice(lo, hi),)]
+                acc[c] = acc[c] + sub
         # x's own unary factor spans axis 0 and every other axis has a factor: acc is full
-        red[(slice(None),) * (q - 1) + (slice(lo, hi),) if q else ()] = _best(acc, 0)
+        out = red[(slice(None),) * (q - 1) + (slice(lo, hi),) if q else ()]
+        if width == 1:
+            out[..., 0] = acc[0].min(axis=0)
+        else:
+            first = acc[0].min(axis=0)
+            with np.errstate(invalid="ignore"):
+                tie = acc[0] <= (first + _LEX_RTOL * np.abs(first))[None]
+            out[..., 0] = first
+            out[..., 1] = np.where(tie, acc[1], np.inf).min(axis=0)
     return red
 
 
@@ -280,7 +291,8 @@ def _eliminate(cg, lam, max_entries, numeric):
                 sub = tab[np.ix_(*[maps[a][rep[z]] for a, z in enumerate(fv)])]
                 pos = [scope.index(z) for z in fv]
                 sub = sub.transpose(list(np.argsort(pos)) + [len(fv)])
-                subs.append(sub.reshape([shape[q] if scope[q] in fv else 1 for q in range(len(scope))] + [width]))
+                sub = sub.reshape([shape[q] if scope[q] in fv else 1 for q in range(len(scope))] + [width])
+                subs.append([np.ascontiguousarray(sub[..., c]) for c in range(width)])
             for z in fv:
                 if z != x:
                     of_var[z].discard(f)
