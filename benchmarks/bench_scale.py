@@ -35,9 +35,10 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   :mod:`tensoropt_py.engine.screen`) vs the default and the exact frontier on Transformers
   with many configs per operator (``--candidate-graphs``, e.g. one layer on 16 devices):
   seconds, and the time lost at equal memory against the exact frontier;
-* ``candidates_depth``: the whole 16-device Transformer restricted to the top 1 or 2 configs
-  per weight of the relaxation bounds, tracked with epsilon 1e-3 and 0: where the time goes
-  once configs are few (frontier points);
+* ``candidates_full``: the whole 16-device Transformer with ``track(candidates=r)``
+  (``--candidate-counts``) against the default frontier of ``transformer16_track`` (run that
+  case first): seconds (and those of the bounds and of the exact optima), configs kept, and the
+  time lost at equal memory;
 * ``llama``: a Llama-3-8B-shaped model (32 layers, hidden 4096, GQA 32/8, FFN 14336,
   vocab 128256, batch 32 x 2048) imported from Hugging Face on the meta device, built
   with the default mesh space (hierarchical past 16 devices) and tracked with default
@@ -47,7 +48,7 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   resident memory.
 
 Usage: python benchmarks/bench_scale.py [--cases transformer16_track fastest threads cyclic interval_peak iopddl
-       candidates candidates_depth mesh_loss llama] [--timeout 600] [--threads 1 2] [--thread-devices 8] [--max-memory 4e9]
+       candidates candidates_full mesh_loss llama] [--timeout 600] [--threads 1 2] [--thread-devices 8] [--max-memory 4e9]
        [--candidate-graphs 1x16] [--llama-devices 32 64] [--llama-layers 32] [--llama-loss]
 """
 
@@ -81,7 +82,8 @@ t0 = time.perf_counter()
 fr = track(cg, threads={threads})
 t1 = time.perf_counter()
 st = fr.stats
-out(case="transformer16_track", seconds=t1 - t0, points=len(fr), heuristic=fr.n_heuristic,
+out(case="transformer16_track", seconds=t1 - t0, points=len(fr), heuristic=fr.n_heuristic, epsilon=fr.epsilon,
+    bound=fr.memory_bound_factor, epsilon_from_combine=st.get("epsilon_from_combine"),
     anchors=str(st.get("anchors"))[:80], anchor_s=st.get("anchor_seconds"), peak_gib=st["peak_table_bytes"] / 2**30,
     fastest=[float(fr.memory[-1]), float(fr.time[-1])], smallest=[float(fr.memory[0]), float(fr.time[0])])
 np.savez("/tmp/_bench_scale_t16.npz", memory=fr.memory, time=fr.time)
@@ -253,18 +255,18 @@ for layers, devices in {candidate_graphs}:
             configs=st["candidate_configs"], of=int(sum(cg.n_configs)), rounds=st["candidate_rounds"],
             unproven=st["unproven_configs"], **gaps(fr, ref))
 """,
-    "candidates_depth": r"""
-from tensoropt_py.engine.screen import lam_grid, relaxation_bounds, restrict, top_configs
+    "candidates_full": r"""
 cg = build_cost_graph(zoo.transformer(), to.Cluster.preset("v100-2x8"), 16).cost_graph
-t0 = time.perf_counter(); rb = relaxation_bounds(cg, lam_grid(cg, 12))
-out(case="candidates_depth", run="bounds", seconds=time.perf_counter() - t0)
-for r in (1, 2):
-    sub = restrict(cg, top_configs(rb, r))
-    for eps in (1e-3, 0.0):
-        t0 = time.perf_counter(); fr = track(sub, threads=1, anchors=False, epsilon=eps)
-        out(case="candidates_depth", per_weight=r, configs=int(sum(sub.n_configs)), epsilon=eps,
-            seconds=time.perf_counter() - t0, points=len(fr), heuristic=fr.n_heuristic,
-            intermediate_points=fr.stats["points"])
+d = np.load("/tmp/_bench_scale_t16.npz")  # the default frontier (case transformer16_track)
+for r in {candidate_counts}:
+    t0 = time.perf_counter(); fr = track(cg, threads={threads}, candidates=r); s = time.perf_counter() - t0
+    lost = [fr.time[fr.memory <= m * (1 + 1e-12)].min() / t - 1 for m, t in zip(d["memory"], d["time"])]
+    st = fr.stats
+    out(case="candidates_full", run=f"candidates={{r}}", seconds=s, points=len(fr), epsilon=fr.epsilon,
+        configs=int(st["candidate_configs"]), all_configs=int(sum(cg.n_configs)), rounds=st["candidate_rounds"],
+        bounds_s=st["bounds_seconds"], optima_s=st["anchor_seconds"], worst_lost=float(max(lost)),
+        median_lost=float(np.median(lost)), fastest=[float(fr.memory[-1]), float(fr.time[-1])],
+        smallest=[float(fr.memory[0]), float(fr.time[0])])
 """,
     "llama": r"""
 import resource, warnings
@@ -330,6 +332,8 @@ def main(argv=None):
     ap.add_argument("--llama-loss", action="store_true", help="add the two-layer Llama to the mesh_loss case")
     ap.add_argument("--candidate-graphs", default="1x16",
                     help="LAYERSxDEVICES of the Transformers of the candidates case, comma-separated")
+    ap.add_argument("--candidate-counts", type=int, nargs="+", default=[4, 1],
+                    help="configs per weight (candidates=r) of the candidates_full case")
     args = ap.parse_args(argv)
     presets = {32: "h100-4x8", 64: "h100-8x8"}
     for case in args.cases:
@@ -337,7 +341,8 @@ def main(argv=None):
             threads=args.track_threads, threads_list=list(args.threads), devices=args.thread_devices,
             max_memory=int(args.max_memory), llama_loss=bool(args.llama_loss), llama_layers=int(args.llama_layers),
             llama_runs=tuple((presets[n], n) for n in args.llama_devices),
-            candidate_graphs=[tuple(map(int, x.split("x"))) for x in args.candidate_graphs.split(",")])
+            candidate_graphs=[tuple(map(int, x.split("x"))) for x in args.candidate_graphs.split(",")],
+            candidate_counts=list(args.candidate_counts))
         print(f"# {case}", flush=True)
         run(code, args.timeout)
 

@@ -399,9 +399,9 @@ def test_frontier_cache_answers_again_without_tracking(monkeypatch, tmp_path):
 
 def test_frontier_reports_the_epsilon_the_engine_ended_with(monkeypatch):
     """epsilon="auto" (the default) that turned thinning on: not exact, and the accuracy says so."""
-    import sys
+    import importlib
 
-    monkeypatch.setattr(sys.modules["tensoropt_py.engine.track"], "AUTO_EPSILON_CELL_POINTS", 1)
+    monkeypatch.setattr(importlib.import_module("tensoropt_py.engine.track"), "AUTO_EPSILON_CELL_POINTS", 1)
     fr = to.frontier("mlp", CLUSTER, devices=4, cache=False)
     assert fr.epsilon == 1e-3 and not fr.exact and "epsilon=0.001" in fr.accuracy
     exact = to.frontier("mlp", CLUSTER, devices=4, cache=False, exact=True)

@@ -114,11 +114,11 @@ def test_memo_of_combines_gives_way_before_the_limit():
 
 
 def test_a_run_past_its_auto_epsilon_retries_with_ten_times_it(monkeypatch):
-    import sys
+    import importlib
 
     from tensoropt_py.engine.track import AUTO_EPSILON
 
-    monkeypatch.setattr(sys.modules["tensoropt_py.engine.track"], "AUTO_EPSILON_CELL_POINTS", 1)
+    monkeypatch.setattr(importlib.import_module("tensoropt_py.engine.track"), "AUTO_EPSILON_CELL_POINTS", 1)
     cg = _graph()
     auto = track(cg, anchors=False)
     assert auto.epsilon == AUTO_EPSILON

@@ -278,17 +278,31 @@ def _union(mem, tim, ch, ech, mem2, tim2, ch2, ech2):
     return mem_all[keep], tim_all[keep], np.concatenate([ch, ch2])[keep], np.concatenate([ech, ech2])[keep], keep
 
 
-def _add_anchors(cg, mem, tim, ch, ech, stats, strict, max_bytes):
-    """Union the fastest and the smallest strategy (exact, :func:`min_sum`) into a frontier."""
-    from ..errors import InfeasibleError as _Infeasible
+def _optima(cg, lams, max_bytes, threads):
+    """The exact optima of ``time + lam * memory`` (:func:`min_sum`) for every ``lam`` of ``lams``.
+
+    A few factors of ``max_entries`` float64 may be alive at once in one run, so a run may use
+    about ``64 * max_entries`` bytes; up to ``threads`` runs go at once (NumPy releases the GIL
+    in their large sums) when ``max_bytes`` holds that many."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from .scalar import MAX_FACTOR_ENTRIES, min_sum
 
+    entries = max(1, min(MAX_FACTOR_ENTRIES, max_bytes // 64))
+    workers = max(1, min(threads, len(lams), max_bytes // (64 * entries)))
+    if workers == 1:
+        return [min_sum(cg, lam, max_entries=entries) for lam in lams]
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(lambda lam: min_sum(cg, lam, max_entries=entries), lams))
+
+
+def _add_anchors(cg, mem, tim, ch, ech, stats, strict, max_bytes, threads):
+    """Union the fastest and the smallest strategy (exact, :func:`min_sum`) into a frontier."""
+    from ..errors import InfeasibleError as _Infeasible
+
     t0 = _time.perf_counter()
-    opts = []
     try:
-        for lam in (0.0, np.inf):
-            # a few factors of max_entries float64 may be alive at once: keep them under max_memory
-            opts.append(min_sum(cg, lam, max_entries=max(1, min(MAX_FACTOR_ENTRIES, max_bytes // 64))))
+        opts = _optima(cg, (0.0, np.inf), max_bytes, threads)
     except _Infeasible:
         stats["anchors"] = "infeasible"
         return mem, tim, ch, ech
@@ -323,7 +337,6 @@ def _run_candidates(cg, per_weight, kwargs, max_bytes):
     lands outside the region the frontier dominates, its config. The optima themselves are
     united into the result. Returns ``(mem, time, choices, edge_choices, depth, stats, bounds,
     keep)``."""
-    from .scalar import MAX_FACTOR_ENTRIES, min_sum
     from .screen import improving_moves, lam_grid, relaxation_bounds, restrict, top_configs
 
     t0 = _time.perf_counter()
@@ -346,9 +359,8 @@ def _run_candidates(cg, per_weight, kwargs, max_bytes):
     if slopes.size:
         lams += list(np.geomspace(slopes.min(), 10 * slopes.max(), _SWEEP_WEIGHTS))
     t0 = _time.perf_counter()
-    entries = max(1, min(MAX_FACTOR_ENTRIES, max_bytes // 64))
     try:
-        optima = [min_sum(cg, lam, max_entries=entries) for lam in lams]
+        optima = _optima(cg, lams, max_bytes, kwargs["threads"])
     except InvalidInputError as exc:  # too wide for exact elimination: candidates from the bounds only
         optima = []
         stats["anchors"] = f"skipped: {exc}"
@@ -573,7 +585,8 @@ def track(
         stats["heuristic_runs"] = 2
         stats["points_from_weighted"] = int((keep >= n_first).sum())
     if anchors is True or (anchors == "auto" and (n_heur > 0 or eps > 0)):
-        mem, tim, ch, ech = _add_anchors(cg, mem, tim, ch, ech, stats, strict=anchors is True, max_bytes=int(max_memory))
+        mem, tim, ch, ech = _add_anchors(cg, mem, tim, ch, ech, stats, strict=anchors is True, max_bytes=int(max_memory),
+                                      threads=threads)
     else:
         stats["anchors"] = "off"
     if retries:
