@@ -27,6 +27,10 @@ Guarantees
   exactly achievable (thinning only drops points), and the minimum-time point of the
   reference is always kept. The measured loss is far below the bound (see
   ``benchmarks/bench_engine.py``).
+* ``epsilon="auto"`` (the default unless ``exact=True``): epsilon is 0 until a combine
+  outputs a cell of more than ``AUTO_EPSILON_CELL_POINTS`` points, and ``AUTO_EPSILON`` from
+  the next combine on; the guarantee above holds with that epsilon, since L counts only the
+  thinning steps that used it (``fr.epsilon`` is 0 when it never turned on).
 """
 
 from __future__ import annotations
@@ -278,31 +282,22 @@ def _union(mem, tim, ch, ech, mem2, tim2, ch2, ech2):
     return mem_all[keep], tim_all[keep], np.concatenate([ch, ch2])[keep], np.concatenate([ech, ech2])[keep], keep
 
 
-def _optima(cg, lams, max_bytes, threads):
-    """The exact optima of ``time + lam * memory`` (:func:`min_sum`) for every ``lam`` of ``lams``.
-
-    A few factors of ``max_entries`` float64 may be alive at once in one run, so a run may use
-    about ``64 * max_entries`` bytes; up to ``threads`` runs go at once (NumPy releases the GIL
-    in their large sums) when ``max_bytes`` holds that many."""
-    from concurrent.futures import ThreadPoolExecutor
-
+def _optima(cg, lams, max_bytes):
+    """The exact optima of ``time + lam * memory`` (:func:`min_sum`) for every ``lam`` of ``lams``;
+    a few factors of ``max_entries`` float64 may be alive at once: kept under ``max_bytes``."""
     from .scalar import MAX_FACTOR_ENTRIES, min_sum
 
     entries = max(1, min(MAX_FACTOR_ENTRIES, max_bytes // 64))
-    workers = max(1, min(threads, len(lams), max_bytes // (64 * entries)))
-    if workers == 1:
-        return [min_sum(cg, lam, max_entries=entries) for lam in lams]
-    with ThreadPoolExecutor(workers) as pool:
-        return list(pool.map(lambda lam: min_sum(cg, lam, max_entries=entries), lams))
+    return [min_sum(cg, lam, max_entries=entries) for lam in lams]
 
 
-def _add_anchors(cg, mem, tim, ch, ech, stats, strict, max_bytes, threads):
+def _add_anchors(cg, mem, tim, ch, ech, stats, strict, max_bytes):
     """Union the fastest and the smallest strategy (exact, :func:`min_sum`) into a frontier."""
     from ..errors import InfeasibleError as _Infeasible
 
     t0 = _time.perf_counter()
     try:
-        opts = _optima(cg, (0.0, np.inf), max_bytes, threads)
+        opts = _optima(cg, (0.0, np.inf), max_bytes)
     except _Infeasible:
         stats["anchors"] = "infeasible"
         return mem, tim, ch, ech
@@ -360,7 +355,7 @@ def _run_candidates(cg, per_weight, kwargs, max_bytes):
         lams += list(np.geomspace(slopes.min(), 10 * slopes.max(), _SWEEP_WEIGHTS))
     t0 = _time.perf_counter()
     try:
-        optima = _optima(cg, lams, max_bytes, kwargs["threads"])
+        optima = _optima(cg, lams, max_bytes)
     except InvalidInputError as exc:  # too wide for exact elimination: candidates from the bounds only
         optima = []
         stats["anchors"] = f"skipped: {exc}"
@@ -585,8 +580,7 @@ def track(
         stats["heuristic_runs"] = 2
         stats["points_from_weighted"] = int((keep >= n_first).sum())
     if anchors is True or (anchors == "auto" and (n_heur > 0 or eps > 0)):
-        mem, tim, ch, ech = _add_anchors(cg, mem, tim, ch, ech, stats, strict=anchors is True, max_bytes=int(max_memory),
-                                      threads=threads)
+        mem, tim, ch, ech = _add_anchors(cg, mem, tim, ch, ech, stats, strict=anchors is True, max_bytes=int(max_memory))
     else:
         stats["anchors"] = "off"
     if retries:
