@@ -537,8 +537,9 @@ def track(
     if candidates is not None:
         if isinstance(candidates, bool) or not isinstance(candidates, (int, np.integer)) or candidates < 1:
             raise InvalidInputError(f"candidates must be None or an integer >= 1, got {candidates!r}")
-        kwargs = dict(method=method, exact=exact, epsilon=eps if switch is None else "auto", threads=threads, max_merged_configs=max_merged_configs,
-                      heuristic=heuristic, max_memory=max_memory, on_memory_limit=on_memory_limit, progress=progress)
+        kwargs = dict(method=method, exact=exact, epsilon=eps if switch is None else "auto", threads=threads,
+                      max_merged_configs=max_merged_configs, heuristic=heuristic, max_memory=max_memory,
+                      on_memory_limit=on_memory_limit, progress=progress)
         mem, tim, ch, ech, depth, stats, rb, keep = _run_candidates(cg, int(candidates), kwargs, int(max_memory))
         _certify(cg, rb, keep, mem, tim, stats)
         return TrackedFrontier(
