@@ -107,3 +107,23 @@ def test_least_memory_optimum_is_the_fastest_of_least_memory(seed):
     assert opt.memory == pytest.approx(bf.memory[0], rel=1e-12)
     assert opt.time == pytest.approx(bf.time[0], rel=1e-12)
     assert opt.value == opt.memory
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("lam", [0.0, np.inf])
+def test_the_value_less_pass_refuses_exactly_where_the_real_one_would(seed, lam):
+    """min_sum first runs its elimination without values to refuse a too-wide graph cheaply:
+    for every budget, that pass must raise the same error as the numeric run, or neither."""
+    from tensoropt_py.engine.scalar import _eliminate
+
+    cg = random_cyclic_graph(n_nodes=8, max_k=4, edge_prob=0.5, seed=seed)
+    for max_entries in (4, 16, 64, 256, 10**6):
+        errors = []
+        for numeric in (False, True):
+            try:
+                _eliminate(cg, lam, max_entries, numeric)
+                errors.append(None)
+            except InvalidInputError as exc:
+                errors.append(str(exc))
+        assert errors[0] == errors[1]
+    assert _eliminate(cg, lam, 10**6, numeric=False) is None
