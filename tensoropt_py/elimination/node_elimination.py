@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .table import _digest
 from .working_graph import WEdge, group_units
 
 __all__ = ["eliminate_node", "fold_leaf", "detach"]
@@ -96,17 +97,21 @@ def eliminate_node(g, i):
     A, D = hrep.shape[0], jrep.shape[0]
     eh_i = ih[rep] * sih
     ej_i = ij[rep] * sij
+    base_h = hmap[hrep] * sh  # (A,) cell offsets of the h-side layout classes
+    base_j = jmap[jrep] * sj  # (D,)
 
     def make_terms(lo, hi):
         c = np.arange(lo, hi)
         n = hi - lo
-        a, d = c // D, c % D
-        col_h = (hmap[hrep[a]] * sh)[:, None] + eh_i[None, :]
-        col_j = (jmap[jrep[d]] * sj)[:, None] + ej_i[None, :]
+        col_h = base_h[c // D][:, None] + eh_i[None, :]
+        col_j = base_j[c % D][:, None] + ej_i[None, :]
         cols = [np.broadcast_to(u[None, :], (n, U)) for u in ucols]
         return np.stack([col_h.reshape(-1)] + [u.reshape(-1) for u in cols] + [col_j.reshape(-1)], axis=1)
 
-    T = g.ctx.combine_gen([eh.table] + utabs + [ej.table], A * D, U, make_terms)
+    # the terms follow from these arrays alone: a repeated layer finds its batches in the memo
+    # without building (or hashing) them
+    key = _digest(np.array([D, U, len(ucols)]), base_h, eh_i, base_j, ej_i, *ucols)
+    T = g.ctx.combine_gen([eh.table] + utabs + [ej.table], A * D, U, make_terms, terms_key=key)
     for t in utabs:
         t.release()
     g.release_node(ni)

@@ -257,25 +257,33 @@ class Context:
         self.stats["staged"] = self.stats.get("staged", 0) + 1
         return [P] + [parents[s] for s in rest], cells
 
-    def _combine_raw(self, parents, term_off, term_cells, thin):
+    def _memo_hit(self, key, parents, depth):
+        """The memoised result of ``key`` as a new table over ``parents``, or None."""
+        hit = self._memo.get(key)
+        if hit is None:
+            return None
+        # same inputs (content, not identity): the same output, and provenance
+        # indices are valid in these parents as well
+        self._memo.move_to_end(key)
+        off, m, t, prov = hit
+        self.stats["combines"] += 1
+        self.stats["memo_hits"] += 1
+        return self.register(FTable(off, m, t, parents, prov, depth=depth))
+
+    def _combine_raw(self, parents, term_off, term_cells, thin, key=None):
+        """The kernel call behind :meth:`combine`, memoised. ``key``: a memo key the caller
+        derived from what generates the terms (:meth:`combine_gen`); None: a hash of the terms."""
         n_out = term_off.shape[0] - 1
         eps = self.epsilon if thin else 0.0
         depth = max(p.depth for p in parents) + (1 if eps > 0 else 0)
-        key = None
-        if int(term_off[-1]) >= _MEMO_MIN_TERMS:
+        if key is None and int(term_off[-1]) >= _MEMO_MIN_TERMS:
             cells = term_cells
             if all(p.n_cells < _I32 for p in parents):
                 cells = term_cells.astype(np.int32)  # half the bytes to hash
             key = (eps, tuple(p.digest() for p in parents), _digest(term_off, cells))
-            hit = self._memo.get(key)
+            hit = self._memo_hit(key, parents, depth)
             if hit is not None:
-                # same inputs (content, not identity): the same output, and provenance
-                # indices are valid in these parents as well
-                self._memo.move_to_end(key)
-                off, m, t, prov = hit
-                self.stats["combines"] += 1
-                self.stats["memo_hits"] += 1
-                return self.register(FTable(off, m, t, parents, prov, depth=depth))
+                return hit
         offs = [p.offsets for p in parents]
         mems = [p.mem for p in parents]
         tims = [p.time for p in parents]
@@ -305,24 +313,26 @@ class Context:
         _, old = self._memo.popitem(last=False)
         self._memo_bytes -= sum(a.nbytes for a in old)
 
-    def combine_gen(self, parents, n_out, terms_per_cell, make_terms, thin=None):
+    def combine_gen(self, parents, n_out, terms_per_cell, make_terms, thin=None, terms_key=None):
         """Like :meth:`combine` for regular term lists built in batches of output cells.
 
         ``make_terms(lo, hi)`` returns the ``((hi-lo)*terms_per_cell, S)`` term cells of
         output cells ``lo..hi-1`` (``terms_per_cell`` terms each), so huge term lists are
         never materialised at once; the batches are glued by a concatenation table.
+
+        ``terms_key``: bytes that determine every term ``make_terms`` can return (a digest of
+        the small arrays it reads). The memo is then keyed on it, so a repeated batch is
+        found without building or hashing its terms; the caller vouches for the key.
         """
         if thin is None:
             thin = terms_per_cell > 1
         batch = max(1, _MAX_TERMS_PER_BATCH // max(terms_per_cell, 1))
         if n_out <= batch:
-            term_off = np.arange(n_out + 1, dtype=np.int64) * terms_per_cell
-            return self.combine(parents, term_off, make_terms(0, n_out), thin=thin)
+            return self._combine_batch(parents, 0, n_out, terms_per_cell, make_terms, thin, terms_key)
         pieces = []
         for lo in range(0, n_out, batch):
             hi = min(n_out, lo + batch)
-            term_off = np.arange(hi - lo + 1, dtype=np.int64) * terms_per_cell
-            pieces.append(self.combine(parents, term_off, make_terms(lo, hi), thin=thin))
+            pieces.append(self._combine_batch(parents, lo, hi, terms_per_cell, make_terms, thin, terms_key))
         counts = np.concatenate([np.diff(p.offsets) for p in pieces])
         off = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         tab = FTable(
@@ -335,6 +345,22 @@ class Context:
         for p in pieces:
             p.release()
         return self.register(tab)
+
+    def _combine_batch(self, parents, lo, hi, terms_per_cell, make_terms, thin, terms_key):
+        """Output cells ``lo..hi-1`` of :meth:`combine_gen`."""
+        term_off = np.arange(hi - lo + 1, dtype=np.int64) * terms_per_cell
+        # a staged combine (more than two multi-point parents) memoises its own steps instead
+        if (terms_key is None or int(term_off[-1]) < _MEMO_MIN_TERMS
+                or sum(p.max_cell > 1 for p in parents) > 2):
+            return self.combine(parents, term_off, make_terms(lo, hi), thin=thin)
+        eps = self.epsilon if thin else 0.0
+        key = (eps, tuple(p.digest() for p in parents), terms_key, lo, hi, terms_per_cell)
+        hit = self._memo_hit(key, parents, max(p.depth for p in parents) + (1 if eps > 0 else 0))
+        if hit is not None:
+            self.stats["memo_terms_skipped"] = self.stats.get("memo_terms_skipped", 0) + 1
+            return hit
+        cells = np.ascontiguousarray(make_terms(lo, hi), dtype=np.int64).reshape(-1, len(parents))
+        return self._combine_raw(parents, term_off, cells, thin, key=key)
 
 
 def table_key(table):
