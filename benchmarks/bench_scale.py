@@ -73,6 +73,12 @@ from tensoropt_py.cost.builder import build_cost_graph
 from tensoropt_py.engine import track, min_sum, brute_force_frontier
 def out(**kw):
     print(json.dumps(kw), flush=True)
+def gaps(fr, ref):
+    # time lost at equal memory for every point of ref, and worst gap of min(time + lam * memory)
+    g = np.array([fr.time[fr.memory <= m * (1 + 1e-12)].min() / t - 1 for m, t in zip(ref.memory, ref.time)])
+    lg = max((fr.time + l * fr.memory).min() / (ref.time + l * ref.memory).min() - 1 for l in np.geomspace(1e-13, 1e-8, 30))
+    return dict(worst_gap_pct=100 * float(g.max()), median_gap_pct=100 * float(np.median(g)),
+                matched=float(np.mean(g <= 1e-12)), worst_lam_gap_pct=100 * float(lg))
 """
 
 CASES = {
@@ -165,10 +171,10 @@ for name, make, preset, n, how in cases:
         res[space] = best
         out(case="mesh_loss", model=name, devices=n, meshes=space, how=how, max_configs=max(mcg.cost_graph.n_configs),
             build_s=tb, solve_s=ts, points=points, fastest_s=best[0], least_memory_gb=best[-1] / 1e9)
-    gaps = [(h - a) / a for a, h in zip(res["all"], res["hierarchical"])]
-    worst = int(np.argmax(gaps))
-    out(case="mesh_loss_gap", model=name, devices=n, how=how, lams=lams, rel_gaps=gaps, worst_gap=gaps[worst],
-        worst_lam=lams[worst], fastest_gap=gaps[0], least_memory_gap=gaps[-1])
+    rel = [(h - a) / a for a, h in zip(res["all"], res["hierarchical"])]
+    worst = int(np.argmax(rel))
+    out(case="mesh_loss_gap", model=name, devices=n, how=how, lams=lams, rel_gaps=rel, worst_gap=rel[worst],
+        worst_lam=lams[worst], fastest_gap=rel[0], least_memory_gap=rel[-1])
 """,
     "interval_peak": r"""
 from tensoropt_py.engine import brute_force_peak_frontier, evaluate_peak, min_time_under_peak, peak_frontier
@@ -235,12 +241,6 @@ for nodes in (2000, 10000, 50000):
         cost_rescored=solution_cost(problem, r.choices), unlimited_fastest=fast.time)
 """,
     "candidates": r"""
-def gaps(fr, ref):
-    # time lost at equal memory for every point of ref, and worst gap of min(time + lam * memory)
-    g = np.array([fr.time[fr.memory <= m * (1 + 1e-12)].min() / t - 1 for m, t in zip(ref.memory, ref.time)])
-    lg = max((fr.time + l * fr.memory).min() / (ref.time + l * ref.memory).min() - 1 for l in np.geomspace(1e-13, 1e-8, 30))
-    return dict(worst_gap_pct=100 * float(g.max()), median_gap_pct=100 * float(np.median(g)),
-                matched=float(np.mean(g <= 1e-12)), worst_lam_gap_pct=100 * float(lg))
 for layers, devices in {candidate_graphs}:
     cg = build_cost_graph(zoo.transformer(layers=layers), to.Cluster.preset("v100-2x8"), devices).cost_graph
     t0 = time.perf_counter(); ref = track(cg, exact=True, threads=1); s_ref = time.perf_counter() - t0
@@ -257,16 +257,15 @@ for layers, devices in {candidate_graphs}:
 """,
     "candidates_full": r"""
 cg = build_cost_graph(zoo.transformer(), to.Cluster.preset("v100-2x8"), 16).cost_graph
-d = np.load("/tmp/_bench_scale_t16.npz")  # the default frontier (case transformer16_track)
+from types import SimpleNamespace
+ref = SimpleNamespace(**np.load("/tmp/_bench_scale_t16.npz"))  # the default frontier (case transformer16_track)
 for r in {candidate_counts}:
     t0 = time.perf_counter(); fr = track(cg, threads={threads}, candidates=r); s = time.perf_counter() - t0
-    lost = [fr.time[fr.memory <= m * (1 + 1e-12)].min() / t - 1 for m, t in zip(d["memory"], d["time"])]
     st = fr.stats
     out(case="candidates_full", run=f"candidates={{r}}", seconds=s, points=len(fr), epsilon=fr.epsilon,
         configs=int(st["candidate_configs"]), all_configs=int(sum(cg.n_configs)), rounds=st["candidate_rounds"],
-        bounds_s=st["bounds_seconds"], optima_s=st["anchor_seconds"], worst_lost=float(max(lost)),
-        median_lost=float(np.median(lost)), fastest=[float(fr.memory[-1]), float(fr.time[-1])],
-        smallest=[float(fr.memory[0]), float(fr.time[0])])
+        bounds_s=st["bounds_seconds"], optima_s=st["anchor_seconds"], fastest=[float(fr.memory[-1]), float(fr.time[-1])],
+        smallest=[float(fr.memory[0]), float(fr.time[0])], **gaps(fr, ref))
 """,
     "llama": r"""
 import resource, warnings

@@ -258,7 +258,8 @@ class Context:
         return [P] + [parents[s] for s in rest], cells
 
     def _memo_hit(self, key, parents, depth):
-        """The memoised result of ``key`` as a new table over ``parents``, or None."""
+        """The memoised result of ``key`` as a new table over ``parents`` (of ``depth``
+        thinning steps, :func:`_depth`), or None."""
         hit = self._memo.get(key)
         if hit is None:
             return None
@@ -275,7 +276,7 @@ class Context:
         derived from what generates the terms (:meth:`combine_gen`); None: a hash of the terms."""
         n_out = term_off.shape[0] - 1
         eps = self.epsilon if thin else 0.0
-        depth = max(p.depth for p in parents) + (1 if eps > 0 else 0)
+        depth = _depth(parents, eps)
         if key is None and int(term_off[-1]) >= _MEMO_MIN_TERMS:
             cells = term_cells
             if all(p.n_cells < _I32 for p in parents):
@@ -355,12 +356,17 @@ class Context:
             return self.combine(parents, term_off, make_terms(lo, hi), thin=thin)
         eps = self.epsilon if thin else 0.0
         key = (eps, tuple(p.digest() for p in parents), terms_key, lo, hi, terms_per_cell)
-        hit = self._memo_hit(key, parents, max(p.depth for p in parents) + (1 if eps > 0 else 0))
+        hit = self._memo_hit(key, parents, _depth(parents, eps))
         if hit is not None:
             self.stats["memo_terms_skipped"] = self.stats.get("memo_terms_skipped", 0) + 1
             return hit
         cells = np.ascontiguousarray(make_terms(lo, hi), dtype=np.int64).reshape(-1, len(parents))
         return self._combine_raw(parents, term_off, cells, thin, key=key)
+
+
+def _depth(parents, eps):
+    """Thinning steps behind a combine of ``parents``: theirs, plus one when it thins."""
+    return max(p.depth for p in parents) + (1 if eps > 0 else 0)
 
 
 def table_key(table):

@@ -72,25 +72,27 @@ def _weigh(mem, tim, lam):
 _LEX_RTOL = 1e-12  # memory sums that differ only by rounding count as equal
 
 
-def _best(a, axis):
-    """Min over ``axis`` of costs with a trailing axis (:func:`_weigh`): lexicographic for pairs."""
-    if a.shape[-1] == 1:
-        return a.min(axis=axis)
-    first = a[..., 0].min(axis=axis)
+def _ties(mem, first, axis):
+    """Where ``mem`` equals its minimum ``first`` along ``axis`` (within ``_LEX_RTOL``)."""
     with np.errstate(invalid="ignore"):
-        tie = a[..., 0] <= np.expand_dims(first + _LEX_RTOL * np.abs(first), axis)
-    second = np.where(tie, a[..., 1], np.inf).min(axis=axis)
-    return np.stack([first, second], axis=-1)
+        return mem <= np.expand_dims(first + _LEX_RTOL * np.abs(first), axis)
+
+
+def _best(comps, axis):
+    """Min over ``axis`` of costs given as one array per component (:func:`_weigh`'s trailing
+    axis split): lexicographic for (memory, time). Returns the components of the minimum."""
+    first = comps[0].min(axis=axis)
+    if len(comps) == 1:
+        return [first]
+    return [first, np.where(_ties(comps[0], first, axis), comps[1], np.inf).min(axis=axis)]
 
 
 def _argbest(a, axis):
-    """Index of the :func:`_best` entry along ``axis``."""
+    """Index of the :func:`_best` entry along ``axis`` of costs with a trailing axis."""
     if a.shape[-1] == 1:
         return a[..., 0].argmin(axis=axis)
     first = a[..., 0].min(axis=axis)
-    with np.errstate(invalid="ignore"):
-        tie = a[..., 0] <= np.expand_dims(first + _LEX_RTOL * np.abs(first), axis)
-    return np.where(tie, a[..., 1], np.inf).argmin(axis=axis)
+    return np.where(_ties(a[..., 0], first, axis), a[..., 1], np.inf).argmin(axis=axis)
 
 
 def _reduce_slabs(subs, shape, width):
@@ -112,14 +114,8 @@ def _reduce_slabs(subs, shape, width):
                 acc[c] = acc[c] + sub
         # x's own unary factor spans axis 0 and every other axis has a factor: acc is full
         out = red[(slice(None),) * (q - 1) + (slice(lo, hi),) if q else ()]
-        if width == 1:
-            out[..., 0] = acc[0].min(axis=0)
-        else:
-            first = acc[0].min(axis=0)
-            with np.errstate(invalid="ignore"):
-                tie = acc[0] <= (first + _LEX_RTOL * np.abs(first))[None]
-            out[..., 0] = first
-            out[..., 1] = np.where(tie, acc[1], np.inf).min(axis=0)
+        for c, best in enumerate(_best(acc, 0)):
+            out[..., c] = best
     return red
 
 
