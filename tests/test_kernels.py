@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tensoropt_py.elimination import MAX_SLOTS, combine_ragged, reduce_ragged
+from tensoropt_py.elimination import MAX_SLOTS, _kernels, combine_ragged, reduce_ragged
 from tensoropt_py.elimination.reference import (
     combine_reference,
     reduce_ragged_reference,
@@ -45,13 +45,53 @@ def random_job(seed, integer):
 
 
 @settings(max_examples=150)
-@given(st.integers(0, 10**6), st.booleans(), st.sampled_from([0.0, 0.0, 0.01, 0.2]))
-def test_combine_matches_reference(seed, integer, eps):
+@given(st.integers(0, 10**6), st.booleans(), st.sampled_from([0.0, 0.0, 0.01, 0.2]),
+       st.sampled_from(["auto", "heap", "staircase"]))
+def test_combine_matches_reference(seed, integer, eps, merge):
     tables, term_off, cells = random_job(seed, integer)
-    got = combine_ragged(tables, term_off, cells, epsilon=eps, threads=1)
+    got = combine_ragged(tables, term_off, cells, epsilon=eps, threads=1, merge=merge)
     exp = combine_reference(tables, term_off, cells, epsilon=eps)
     for g, e in zip(got, exp):
         assert np.array_equal(g, e)
+
+
+@settings(max_examples=60)
+@given(st.integers(0, 10**6), st.booleans(), st.integers(1, 4))
+def test_staircase_gives_way_to_the_heap_midway(seed, integer, limit):
+    # a tiny staircase limit: many cells start one by one, pass it and are merged again by
+    # the heap; the result must not show it
+    tables, term_off, cells = random_job(seed, integer)
+    offs, mems, tims = (list(x) for x in zip(*(tuple(np.ascontiguousarray(a) for a in t) for t in tables)))
+    offs = [o.astype(np.int64) for o in offs]
+    term_off = np.ascontiguousarray(term_off, dtype=np.int64)
+    cells = np.ascontiguousarray(cells, dtype=np.int64).reshape(-1, len(tables))
+    got = _kernels.combine_kernel(offs, mems, tims, term_off, cells, 0.0, [0, term_off.shape[0] - 1], None, limit)
+    exp = combine_reference(tables, term_off, cells, epsilon=0.0)
+    for g, e in zip(got, exp):
+        assert np.array_equal(g, e)
+
+
+def test_long_frontiers_take_the_heap_and_agree():
+    # a product of two 40-point frontiers whose 1600 sums are all Pareto-optimal (more than
+    # STAIR_LIMIT: "auto" turns to the heap), again from an equal cell (exact ties that only
+    # provenance tells apart), and a shifted copy
+    i = np.arange(40.0)
+    coarse = (np.array([0, 40]), i * 100, (40 - i) * 100)
+    fine = (np.array([0, 40, 80, 120]), np.concatenate([i, i + 0.5, i]), np.concatenate([40 - i, 40.5 - i, 40 - i]))
+    term_off = np.array([0, 3])
+    cells = np.array([[0, 2], [0, 0], [0, 1]])
+    exp = combine_reference([coarse, fine], term_off, cells)
+    assert np.diff(exp[0]).max() > int(_kernels.STAIR_LIMIT)
+    for merge in ("auto", "heap", "staircase"):
+        got = combine_ragged([coarse, fine], term_off, cells, merge=merge)
+        for g, e in zip(got, exp):
+            assert np.array_equal(g, e)
+
+
+def test_combine_rejects_unknown_merge():
+    tab = (np.array([0, 1]), np.array([1.0]), np.array([1.0]))
+    with pytest.raises(InvalidInputError, match="merge must be one of"):
+        combine_ragged([tab], [0, 1], [[0]], merge="quick")
 
 
 @settings(max_examples=40)

@@ -127,3 +127,42 @@ def test_the_value_less_pass_refuses_exactly_where_the_real_one_would(seed, lam)
                 errors.append(str(exc))
         assert errors[0] == errors[1]
     assert _eliminate(cg, lam, 10**6, numeric=False) is None
+
+
+def _repeated_blocks(n_blocks, seed):
+    """A chain of identical blocks (as model layers repeat: same tables, other nodes), each a
+    3-node chain with a 2-config node hanging off its middle."""
+    rng = np.random.default_rng(seed)
+    node = [rng.uniform(1, 10, size=(3, 2)) for _ in range(3)] + [rng.uniform(1, 10, size=(2, 2))]
+    inner = [rng.uniform(0, 5, size=(3, 3, 2)) for _ in range(2)]
+    side = rng.uniform(0, 5, size=(3, 2, 2))
+    link = rng.uniform(0, 5, size=(3, 3, 2))
+    costs, edges = [], []
+    for b in range(n_blocks):
+        costs += node
+        edges += [(4 * b, 4 * b + 1, inner[0]), (4 * b + 1, 4 * b + 2, inner[1]), (4 * b + 1, 4 * b + 3, side)]
+        if b:
+            edges.append((4 * b - 2, 4 * b, link))
+    return CostGraph(costs, edges)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_repeated_reductions_are_reused_and_change_nothing(seed, monkeypatch):
+    from tensoropt_py.engine import scalar
+
+    cg = _repeated_blocks(3, seed)
+    bf = brute_force_frontier(cg)
+    calls = []
+    reduce_slabs = scalar._reduce_slabs
+    monkeypatch.setattr(scalar, "_reduce_slabs", lambda *a: calls.append(1) or reduce_slabs(*a))
+    for lam in LAMS:
+        calls.clear()
+        opt = min_sum(cg, lam)
+        with_memo = len(calls)
+        monkeypatch.setattr(scalar, "_MEMO_BYTES", 0)
+        calls.clear()
+        ref = min_sum(cg, lam)
+        monkeypatch.setattr(scalar, "_MEMO_BYTES", 1 << 28)
+        assert with_memo < len(calls)
+        assert (opt.value, opt.memory, opt.time) == (ref.value, ref.memory, ref.time)
+        assert opt.value == pytest.approx(_frontier_min(bf, lam), rel=1e-12)

@@ -7,9 +7,13 @@ product of one cell from each of ``S`` parent tables (Alg. 1 applied to Eq. 4-7 
 line 6 of Alg. 3).  Every parent cell must already be a frontier (memory ascending,
 time strictly descending), so a product of cells is a union of *shifted* copies of the
 largest cell (copies whose shift is dominated by another copy's shift are dropped
-up front), and the reduced union is a k-way heap merge that drops a list as soon as
-its smallest time cannot beat the best time found so far and gallops over dominated
-points.  Output points carry their provenance: the global point index
+up front). The reduced union merges these lists one by one into the cell's frontier
+(skipping a list whose ideal corner the frontier dominates), which is linear in the
+frontier's size per list and the fastest while it stays short (``STAIR_LIMIT`` points);
+past that, a k-way heap merge that drops a list as soon as its smallest time cannot
+beat the best time found so far and gallops over dominated points. Both visit points in
+(memory, time, list) order and keep a point when its time beats every earlier one, so
+they give the same points with the same provenance.  Output points carry their provenance: the global point index
 of the parent point of every slot (``-1`` for an absent slot).
 
 The pure NumPy reference of this kernel is
@@ -20,6 +24,7 @@ provenance included.  Public, validating entry points live in
 from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memcpy, memmove
 from libc.math cimport INFINITY
+from libc.stdint cimport INT64_MAX
 
 import numpy as np
 cimport numpy as cnp
@@ -32,6 +37,7 @@ cdef enum:
     MAXS = 6
 
 MAX_SLOTS = MAXS
+STAIR_LIMIT = 1024
 
 
 cdef struct Src:
@@ -61,7 +67,17 @@ cdef struct HE:
     i64 li
 
 
+cdef struct SP:
+    double m
+    double t
+    i64 li
+    i64 pos
+
+
 cdef struct Buf:
+    SP* sa
+    SP* sb
+    i64 scap
     Lst* lists
     i64 lcap
     i64* ord
@@ -163,6 +179,129 @@ cdef int _grow_out(Buf* B, i64 need, int S) noexcept nogil:
     return 0
 
 
+cdef int _grow_stairs(Buf* B, i64 need) noexcept nogil:
+    cdef i64 cap = B.scap
+    cdef SP* a
+    if need <= cap:
+        return 0
+    if cap < 256:
+        cap = 256
+    while cap < need:
+        cap *= 2
+    a = <SP*> realloc(B.sa, cap * sizeof(SP))
+    if a == NULL:
+        return -1
+    B.sa = a
+    a = <SP*> realloc(B.sb, cap * sizeof(SP))
+    if a == NULL:
+        return -1
+    B.sb = a
+    B.scap = cap
+    return 0
+
+
+cdef i64 _merge_into(Src* src, Buf* B, i64 n, i64 li, i64 limit) noexcept nogil:
+    """Frontier of staircase ``B.sa[:n]`` (from lists before ``li``) and list ``li`` into
+    ``B.sb``; returns its length, -1 past ``limit`` points, -2 out of memory. In (memory,
+    time, list index) order, keeping a point when its time beats every earlier one: the
+    heap merge's order and rule, so the points and their provenance are those of the heap
+    merge."""
+    cdef Lst* L = &B.lists[li]
+    cdef const double* bm = src.mem[L.base]
+    cdef const double* bt = src.tim[L.base]
+    cdef SP* a = B.sa
+    cdef SP* b
+    cdef i64 i = 0, j = L.pos, k = 0, lo, hi, mid
+    cdef double best = INFINITY, lm, lt
+    # the whole list is dominated when its ideal corner (least memory, least time) is
+    if n > 0:
+        lm = bm[j] + L.sm
+        lt = bt[L.end - 1] + L.st
+        lo = 0
+        hi = n
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if a[mid].m <= lm:
+                lo = mid + 1
+            else:
+                hi = mid
+        # (ties: a point equal to the corner is the list's only point, kept if of lower index)
+        if lo > 0 and a[lo - 1].t <= lt and (a[lo - 1].m < lm or a[lo - 1].t < lt or a[lo - 1].li < li):
+            return n
+    if _grow_stairs(B, n + L.end - L.pos) != 0:
+        return -2
+    a = B.sa
+    b = B.sb
+    while i < n and j < L.end:
+        lm = bm[j] + L.sm
+        lt = bt[j] + L.st
+        if a[i].m < lm or (a[i].m == lm and (a[i].t < lt or (a[i].t == lt and a[i].li < li))):
+            if a[i].t < best:
+                b[k] = a[i]
+                best = a[i].t
+                k += 1
+            i += 1
+        else:
+            if lt < best:
+                b[k].m = lm
+                b[k].t = lt
+                b[k].li = li
+                b[k].pos = j
+                best = lt
+                k += 1
+            j += 1
+    # one side is left, a frontier itself: drop its points up to the first that beats best
+    while i < n and a[i].t >= best:
+        i += 1
+    if i < n:
+        memcpy(&b[k], &a[i], (n - i) * sizeof(SP))
+        k += n - i
+    while j < L.end and bt[j] + L.st >= best:
+        j += 1
+    while j < L.end:
+        b[k].m = bm[j] + L.sm
+        b[k].t = bt[j] + L.st
+        b[k].li = li
+        b[k].pos = j
+        k += 1
+        j += 1
+    if k > limit:
+        return -1
+    B.sb = B.sa
+    B.sa = b
+    return k
+
+
+cdef int _staircase_merge(Src* src, Buf* B, i64 nl, i64 limit) noexcept nogil:
+    """Reduce lists ``0..nl-1`` by merging them one by one into a growing staircase (cheap
+    while the staircase stays short; a heap merge pays log(nl) per point instead). Appends
+    the frontier to the output and returns 0; 1 when it would pass ``limit`` points (nothing
+    appended: use the heap merge); -1 out of memory."""
+    cdef i64 n = 0, li, w, p
+    cdef int s, S = src.S
+    cdef Lst* L
+    for li in range(nl):
+        n = _merge_into(src, B, n, li, limit)
+        if n == -1:
+            return 1
+        if n < 0:
+            return -1
+    if _grow_out(B, B.n + n, S) != 0:
+        return -1
+    for p in range(n):
+        w = B.n + p
+        L = &B.lists[B.sa[p].li]
+        B.om[w] = B.sa[p].m
+        B.ot[w] = B.sa[p].t
+        for s in range(S):
+            if s == L.base:
+                B.op[w * S + s] = B.sa[p].pos
+            else:
+                B.op[w * S + s] = L.fixed[s]
+    B.n += n
+    return 0
+
+
 cdef inline bint _shift_less(Lst* L, i64 a, i64 b) noexcept nogil:
     if L[a].sm < L[b].sm:
         return True
@@ -231,8 +370,10 @@ cdef i64 _prune_shifts(Buf* B, i64 lo, i64 hi) noexcept nogil:
     return w
 
 
-cdef int _process(Src* src, i64 c0, i64 c1, Buf* B, i64* counts) noexcept nogil:
-    """Fill ``B`` with the reduced (and thinned) frontier of cells ``c0 .. c1-1``."""
+cdef int _process(Src* src, i64 c0, i64 c1, Buf* B, i64* counts, i64 stair_limit) noexcept nogil:
+    """Fill ``B`` with the reduced (and thinned) frontier of cells ``c0 .. c1-1``.
+    ``stair_limit``: merge a cell's lists one by one while its frontier stays within this
+    many points (-1: always), else (0: never) with the heap."""
     cdef int S = src.S
     cdef int s, base
     cdef i64 c, t, nl, nl0, hn, start, w, i, lo_, hi_, mid, li, g, n
@@ -305,6 +446,15 @@ cdef int _process(Src* src, i64 c0, i64 c1, Buf* B, i64* counts) noexcept nogil:
                 if done:
                     break
             nl = _prune_shifts(B, nl0, nl)
+        start = B.n
+        hn = 1
+        if stair_limit != 0:
+            hn = _staircase_merge(src, B, nl, stair_limit if stair_limit > 0 else INT64_MAX)
+            if hn < 0:
+                B.err = 1
+                return -1
+        if hn == 0:
+            nl = 0  # done: the heap below has nothing to merge
         # k-way merge + reduce
         for i in range(nl):
             B.heap[i].m = B.lists[i].hm
@@ -316,7 +466,6 @@ cdef int _process(Src* src, i64 c0, i64 c1, Buf* B, i64* counts) noexcept nogil:
             _sift_down(B.heap, hn, i)
             i -= 1
         best = INFINITY
-        start = B.n
         while hn > 0:
             li = B.heap[0].li
             l = &B.lists[li]
@@ -402,10 +551,14 @@ cdef class _Worker:
     cdef Buf buf
     cdef i64 c0
     cdef i64 c1
+    cdef i64 stair_limit
     cdef object counts
 
     def __cinit__(self):
         self.buf.lists = NULL
+        self.buf.sa = NULL
+        self.buf.sb = NULL
+        self.buf.scap = 0
         self.buf.heap = NULL
         self.buf.ord = NULL
         self.buf.keep = NULL
@@ -419,6 +572,8 @@ cdef class _Worker:
 
     def __dealloc__(self):
         free(self.buf.lists)
+        free(self.buf.sa)
+        free(self.buf.sb)
         free(self.buf.ord)
         free(self.buf.keep)
         free(self.buf.heap)
@@ -430,14 +585,14 @@ cdef class _Worker:
         cdef i64* cnt = <i64*> cnp.PyArray_DATA(self.counts)
         cdef int rc
         with nogil:
-            rc = _process(&self.src, self.c0, self.c1, &self.buf, cnt)
+            rc = _process(&self.src, self.c0, self.c1, &self.buf, cnt, self.stair_limit)
         if rc != 0:
             raise MemoryError("combine kernel: out of memory")
         return self.buf.n
 
 
 def combine_kernel(list offs, list mems, list tims, cnp.ndarray term_off, cnp.ndarray term_cells,
-                   double eps, object chunk_bounds, object executor=None):
+                   double eps, object chunk_bounds, object executor=None, i64 stair_limit=STAIR_LIMIT):
     """Run the combine kernel (no validation: call it through ``kernels.combine_ragged``).
 
     Parameters
@@ -452,6 +607,10 @@ def combine_kernel(list offs, list mems, list tims, cnp.ndarray term_off, cnp.nd
         Cell boundaries ``0 = b0 < b1 < ... = n_out`` of the independent work chunks.
     executor : concurrent.futures.Executor or None
         Runs the chunks in parallel (the kernel releases the GIL).
+    stair_limit : int
+        A cell's lists are merged one by one into its frontier while that stays within this
+        many points, else by a heap (the result is the same); -1: always one by one, 0:
+        always the heap (tests compare both with the reference).
 
     Returns
     -------
@@ -482,6 +641,7 @@ def combine_kernel(list offs, list mems, list tims, cnp.ndarray term_off, cnp.nd
         wk.src = src
         wk.c0 = bounds[k]
         wk.c1 = bounds[k + 1]
+        wk.stair_limit = stair_limit
         wk.counts = np.zeros(bounds[k + 1] - bounds[k], dtype=np.int64)
         workers.append(wk)
     if executor is None or len(workers) <= 1:

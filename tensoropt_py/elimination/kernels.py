@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from typing import Literal
 
 import numpy as np
 
@@ -20,6 +21,9 @@ from . import _kernels
 __all__ = ["combine_ragged", "reduce_ragged", "resolve_threads", "check_epsilon", "MAX_SLOTS"]
 
 MAX_SLOTS = int(_kernels.MAX_SLOTS)
+
+Merge = Literal["auto", "heap", "staircase"]
+_STAIR_LIMITS = {"auto": int(_kernels.STAIR_LIMIT), "heap": 0, "staircase": -1}
 
 _EXECUTORS: dict[int, ThreadPoolExecutor] = {}
 _EXEC_LOCK = threading.Lock()
@@ -78,7 +82,7 @@ def _chunk_bounds(term_off, n_out, threads, work_per_term=1.0):
     return sorted(set([0, *cuts.tolist(), n_out]))
 
 
-def combine_ragged(tables, term_off, term_cells, epsilon=0.0, threads=1, validate=True):
+def combine_ragged(tables, term_off, term_cells, epsilon=0.0, threads=1, validate=True, merge: Merge = "auto"):
     """Batched product + union + reduce of ragged frontier tables (compiled).
 
     A *table* is a ragged set of frontiers, one per cell, in CSR form
@@ -102,6 +106,11 @@ def combine_ragged(tables, term_off, term_cells, epsilon=0.0, threads=1, validat
         Output cells are processed in parallel chunks; the result does not depend on it.
     validate : bool
         Check shapes, ranges and that every parent cell is a frontier.
+    merge : {"auto", "heap", "staircase"}
+        How a cell's shifted frontiers are reduced: ``"staircase"`` merges them one by one
+        into the cell's frontier (linear in its size, fast while it is short), ``"heap"`` by
+        a k-way heap merge, ``"auto"`` the first while the cell's frontier stays within
+        ``_kernels.STAIR_LIMIT`` points, else the second. The result does not depend on it.
 
     Returns
     -------
@@ -140,6 +149,8 @@ def combine_ragged(tables, term_off, term_cells, epsilon=0.0, threads=1, validat
         term_cells = term_cells.reshape(0, S)
     eps = check_epsilon(epsilon)
     threads = resolve_threads(threads)
+    if merge not in _STAIR_LIMITS:
+        raise InvalidInputError(f"merge must be one of {sorted(_STAIR_LIMITS)}, got {merge!r}")
     if validate:
         if term_off.ndim != 1 or term_off.shape[0] < 1 or term_off[0] != 0 or np.any(np.diff(term_off) < 0):
             raise InvalidInputError("term_off must be non-decreasing CSR offsets starting at 0")
@@ -155,7 +166,8 @@ def combine_ragged(tables, term_off, term_cells, epsilon=0.0, threads=1, validat
     n_out = term_off.shape[0] - 1
     work = max(float(o[-1]) / max(o.shape[0] - 1, 1) for o in offs)
     bounds = _chunk_bounds(term_off, n_out, threads, work)
-    return _kernels.combine_kernel(offs, mems, tims, term_off, term_cells, eps, bounds, _executor(threads))
+    return _kernels.combine_kernel(offs, mems, tims, term_off, term_cells, eps, bounds, _executor(threads),
+                                   _STAIR_LIMITS[merge])
 
 
 def _check_table(o, m, t, s):

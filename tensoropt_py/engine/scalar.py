@@ -15,6 +15,7 @@ It shares no code with the frontier tracking (no frontier tables, no kernels).
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 
@@ -30,6 +31,7 @@ MAX_FACTOR_ENTRIES = 50_000_000
 up to ``64 * MAX_FACTOR_ENTRIES`` sums (in slabs of about 4 million)."""
 _WORK_PER_ENTRY = 64
 _SLAB_ENTRIES = 1 << 22
+_MEMO_BYTES = 1 << 28  # reduced factors kept for repeated eliminations (identical layers)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -119,6 +121,32 @@ def _reduce_slabs(subs, shape, width):
     return red
 
 
+class _ReductionMemo:
+    """Reduced factors by the content of what was summed: model graphs repeat identical
+    layers, whose interior eliminations sum identical factors (other nodes, same tables),
+    so each distinct reduction is computed once. Holds at most ``_MEMO_BYTES``."""
+
+    def __init__(self):
+        self._red = {}
+        self._bytes = 0
+
+    def reduce(self, subs, shape, width):
+        h = hashlib.sha256(repr(tuple(shape)).encode())
+        for comps in subs:
+            for sub in comps:
+                h.update(repr(sub.shape).encode())
+                h.update(sub.data)
+        key = h.digest()
+        red = self._red.get(key)
+        if red is None:
+            red = _reduce_slabs(subs, shape, width)
+            if self._bytes + red.nbytes <= _MEMO_BYTES:
+                red.flags.writeable = False
+                self._red[key] = red
+                self._bytes += red.nbytes
+        return red
+
+
 def min_sum(cg, lam, max_entries=MAX_FACTOR_ENTRIES):
     """The minimum of ``time + lam * memory`` over all strategies of ``cg`` (exact).
 
@@ -203,6 +231,7 @@ def _eliminate(cg, lam, max_entries, numeric):
         nbrs[v].add(u)
 
     total = np.zeros(width)
+    memo = _ReductionMemo()
 
     def n_classes(fid, z):
         fv, maps, tab = factors[fid]
@@ -293,7 +322,7 @@ def _eliminate(cg, lam, max_entries, numeric):
                 if z != x:
                     of_var[z].discard(f)
         if numeric:
-            red = _reduce_slabs(subs, shape, width)
+            red = memo.reduce(subs, shape, width)
         else:
             red = placeholder(shape[1:])
         others = tuple(scope[1:])
