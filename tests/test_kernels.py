@@ -88,6 +88,20 @@ def test_long_frontiers_take_the_heap_and_agree():
             assert np.array_equal(g, e)
 
 
+def test_shifted_memories_that_round_together_keep_the_faster_point():
+    # 1 + (1 + 2**-52) rounds to 2.0: the shifted frontier has two points of equal memory
+    base = (np.array([0, 2]), np.array([1.0, 1.0 + 2.0**-52]), np.array([2.0, 1.0]))
+    shift = (np.array([0, 1, 2]), np.array([1.0, 0.25]), np.array([0.0, 5.0]))
+    term_off = np.array([0, 2])
+    cells = np.array([[0, 1], [0, 0]])
+    exp = combine_reference([base, shift], term_off, cells)
+    assert exp[1][-1] == 2.0 and exp[2][-1] == 1.0 and np.count_nonzero(exp[1] == 2.0) == 1
+    for merge in ("auto", "heap", "staircase"):
+        got = combine_ragged([base, shift], term_off, cells, merge=merge)
+        for g, e in zip(got, exp):
+            assert np.array_equal(g, e)
+
+
 def test_combine_rejects_unknown_merge():
     tab = (np.array([0, 1]), np.array([1.0]), np.array([1.0]))
     with pytest.raises(InvalidInputError, match="merge must be one of"):

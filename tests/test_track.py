@@ -392,6 +392,25 @@ def test_auto_epsilon_never_turns_on_when_exact_or_explicit(monkeypatch):
     assert track(cg).epsilon == AUTO_EPSILON
 
 
+@pytest.mark.parametrize("layouts", [None, 8])
+def test_auto_epsilon_past_its_exact_budget_starts_over_thinned(monkeypatch, layouts):
+    # the exact steps pass AUTO_EXACT_TERMS before any cell is large: the run starts over with
+    # AUTO_EPSILON from its first step, which is exactly the explicit thinned run
+    monkeypatch.setattr(_track_module(), "AUTO_EXACT_TERMS", 50)
+    monkeypatch.setattr(_track_module(), "AUTO_EPSILON", 0.05)
+    cg = random_chain(40, 10, layouts=layouts, options=2, seed=4, integer_costs=True)
+    fr = track(cg, anchors=False)
+    attempt = fr.stats["auto_exact_attempt"]
+    assert attempt["terms"] > 50 and attempt["combines"] >= 1 and "epsilon_from_combine" not in fr.stats
+    ref = track(cg, anchors=False, epsilon=0.05)
+    assert fr.epsilon == 0.05 and fr.epsilon_depth == ref.epsilon_depth > 0
+    assert_same_frontier(fr, ref)
+    # a budget that the exact run never reaches changes nothing
+    monkeypatch.setattr(_track_module(), "AUTO_EXACT_TERMS", 10**12)
+    exact = track(cg, anchors=False)
+    assert "auto_exact_attempt" not in exact.stats and exact.epsilon == 0.0
+
+
 @pytest.mark.parametrize("bad", ["fast", "", -1, float("nan"), True, None])
 def test_parse_epsilon_names_the_bad_value(bad):
     with pytest.raises(InvalidInputError, match=r"epsilon must be .*got"):

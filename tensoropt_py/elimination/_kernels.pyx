@@ -203,9 +203,10 @@ cdef int _grow_stairs(Buf* B, i64 need) noexcept nogil:
 cdef i64 _merge_into(Src* src, Buf* B, i64 n, i64 li, i64 limit) noexcept nogil:
     """Frontier of staircase ``B.sa[:n]`` (from lists before ``li``) and list ``li`` into
     ``B.sb``; returns its length, -1 past ``limit`` points, -2 out of memory. In (memory,
-    time, list index) order, keeping a point when its time beats every earlier one: the
-    heap merge's order and rule, so the points and their provenance are those of the heap
-    merge."""
+    time, list index) order, keeping a point when its time beats every earlier one (and
+    replacing the last one kept when their memory is equal: shifted memories may round to
+    one value): the heap merge's order and rules, so the points and their provenance are
+    those of the heap merge."""
     cdef Lst* L = &B.lists[li]
     cdef const double* bm = src.mem[L.base]
     cdef const double* bt = src.tim[L.base]
@@ -243,6 +244,8 @@ cdef i64 _merge_into(Src* src, Buf* B, i64 n, i64 li, i64 limit) noexcept nogil:
             i += 1
         else:
             if lt < best:
+                if k > 0 and b[k - 1].m == lm:
+                    k -= 1  # shifted points whose memory rounds to one value: the faster replaces it
                 b[k].m = lm
                 b[k].t = lt
                 b[k].li = li
@@ -259,7 +262,10 @@ cdef i64 _merge_into(Src* src, Buf* B, i64 n, i64 li, i64 limit) noexcept nogil:
     while j < L.end and bt[j] + L.st >= best:
         j += 1
     while j < L.end:
-        b[k].m = bm[j] + L.sm
+        lm = bm[j] + L.sm
+        if k > 0 and b[k - 1].m == lm:
+            k -= 1
+        b[k].m = lm
         b[k].t = bt[j] + L.st
         b[k].li = li
         b[k].pos = j

@@ -25,6 +25,15 @@ from .working_graph import WEdge, group_units
 __all__ = ["eliminate_node", "fold_leaf", "detach"]
 
 
+def _terms(n, U, columns):
+    """The ``(n * U, S)`` term cells whose slot ``s`` is ``columns[s]`` broadcast to ``(n, U)``
+    (written in one pass: no broadcast copy of each column first)."""
+    out = np.empty((n, U, len(columns)), dtype=np.int64)
+    for s, col in enumerate(columns):
+        out[:, :, s] = col
+    return out.reshape(n * U, len(columns))
+
+
 def detach(g, i):
     """Remove isolated node ``i``; append ``reduce(union_k F(o_i, k))`` to ``g.detached``."""
     node = g.nodes[i]
@@ -52,9 +61,8 @@ def fold_leaf(g, i):
         # per destination layout class, then a lazy factor on j
         def make_terms(lo, hi):
             d = np.arange(lo, hi)
-            cols = [np.broadcast_to(c[None, :], (hi - lo, U)) for c in ucols]
             ecol = ecell_i[None, :] + (jmap[jrep[d]] * sj)[:, None]
-            return np.stack([c.reshape(-1) for c in cols] + [ecol.reshape(-1)], axis=1)
+            return _terms(hi - lo, U, [c[None, :] for c in ucols] + [ecol])
 
         H = g.ctx.combine_gen(utabs + [e.table], D, U, make_terms)
         nj.factors.append((H, jinv.astype(np.int64)))
@@ -66,11 +74,8 @@ def fold_leaf(g, i):
 
         def make_terms(lo, hi):
             p = np.arange(lo, hi)
-            n = hi - lo
-            cols = [np.broadcast_to(c[None, :], (n, U)) for c in ucols]
             ecol = ecell_i[None, :] + (jmap[p] * sj)[:, None]
-            jc = [np.broadcast_to(c[lo:hi, None], (n, U)) for c in jcells]
-            return np.stack([c.reshape(-1) for c in cols + [ecol] + jc], axis=1)
+            return _terms(hi - lo, U, [c[None, :] for c in ucols] + [ecol] + [c[lo:hi, None] for c in jcells])
 
         T = g.ctx.combine_gen(utabs + [e.table] + jtabs, nj.K, U, make_terms)
         g.release_node(nj)
@@ -102,11 +107,9 @@ def eliminate_node(g, i):
 
     def make_terms(lo, hi):
         c = np.arange(lo, hi)
-        n = hi - lo
         col_h = base_h[c // D][:, None] + eh_i[None, :]
         col_j = base_j[c % D][:, None] + ej_i[None, :]
-        cols = [np.broadcast_to(u[None, :], (n, U)) for u in ucols]
-        return np.stack([col_h.reshape(-1)] + [u.reshape(-1) for u in cols] + [col_j.reshape(-1)], axis=1)
+        return _terms(hi - lo, U, [col_h] + [u[None, :] for u in ucols] + [col_j])
 
     # the terms follow from these arrays alone: a repeated layer finds its batches in the memo
     # without building (or hashing) them

@@ -30,7 +30,7 @@ from ..errors import MemoryLimitError
 from . import _kernels
 from .kernels import MAX_SLOTS, _chunk_bounds, _executor, reduce_ragged, resolve_threads
 
-__all__ = ["FTable", "Context"]
+__all__ = ["FTable", "Context", "ExactBudgetSpent"]
 
 _I32 = np.iinfo(np.int32).max
 _MAX_TERMS_PER_BATCH = 1 << 22  # terms built per kernel call by Context.combine_gen
@@ -47,6 +47,15 @@ def _digest(*arrays):
         h.update(repr((a.dtype.str, a.shape)).encode())
         h.update(a.data)
     return h.digest()
+
+
+class ExactBudgetSpent(Exception):
+    """An exact run passed the terms allowed by its ``Context.switch`` (internal signal)."""
+
+    def __init__(self, combines, terms):
+        super().__init__(f"exact tracking passed {terms} terms at combine {combines}")
+        self.combines = combines
+        self.terms = terms
 
 
 class FTable:
@@ -122,11 +131,13 @@ class Context:
     in batches of at most ``_MAX_TERMS_PER_BATCH`` terms, so one step cannot overshoot
     by much). None: no limit.
 
-    ``switch``: ``None``, or ``(epsilon, cell_points)``: while ``self.epsilon`` is 0, the first
-    combine whose output has a cell of more than ``cell_points`` points turns thinning on
-    with that epsilon for every later combine (``track(epsilon="auto")``). Earlier tables
-    stay exact; the depth of every table counts only the thinned steps behind it, so the
-    bound ``(1 + epsilon) ** depth`` holds for the mixed run.
+    ``switch``: ``None``, or ``(epsilon, cell_points, max_terms)`` (``track(epsilon="auto")``):
+    while ``self.epsilon`` is 0, the first combine whose output has a cell of more than
+    ``cell_points`` points turns thinning on with that epsilon for every later combine
+    (earlier tables stay exact; the depth of every table counts only the thinned steps
+    behind it, so the bound ``(1 + epsilon) ** depth`` holds for the mixed run), and a
+    combine that brings the exact terms combined past ``max_terms`` raises
+    :class:`ExactBudgetSpent` (the caller starts over, thinned from the first step).
     """
 
     def __init__(self, epsilon=0.0, threads=1, max_bytes=None, switch=None):
@@ -295,7 +306,9 @@ class Context:
         self.stats["terms"] += int(term_off[-1])
         self.stats["points"] += int(off[-1])
         if self.switch is not None and self.epsilon == 0.0 and n_out:
-            switch_eps, cell_points = self.switch
+            switch_eps, cell_points, max_terms = self.switch
+            if self.stats["terms"] > max_terms:
+                raise ExactBudgetSpent(self.stats["combines"], self.stats["terms"])
             if int(np.diff(off).max()) > cell_points:
                 self.epsilon = float(switch_eps)
                 self.stats["epsilon_from_combine"] = self.stats["combines"]

@@ -30,7 +30,11 @@ Guarantees
 * ``epsilon="auto"`` (the default unless ``exact=True``): epsilon is 0 until a combine
   outputs a cell of more than ``AUTO_EPSILON_CELL_POINTS`` points, and ``AUTO_EPSILON`` from
   the next combine on; the guarantee above holds with that epsilon, since L counts only the
-  thinning steps that used it (``fr.epsilon`` is 0 when it never turned on).
+  thinning steps that used it (``fr.epsilon`` is 0 when it never turned on). When the exact
+  steps alone pass ``AUTO_EXACT_TERMS`` product terms, the run starts over with
+  ``AUTO_EPSILON`` from its first step: a deep model's repeated layers are then all
+  tracked alike, so each distinct one is computed once (a switch within the first layer
+  would have its exact version and its thinned version both computed).
 """
 
 from __future__ import annotations
@@ -42,18 +46,22 @@ import numpy as np
 
 from ..errors import InfeasibleError, InvalidInputError, MemoryLimitError
 from ..elimination.kernels import check_epsilon, resolve_threads
+from ..elimination.table import ExactBudgetSpent
 from .algebra import frontier_indices
 from .cost_graph import CostGraph, evaluate
 from .result import TrackedFrontier
 
 __all__ = ["TrackedFrontier", "track", "parse_epsilon", "DEFAULT_MAX_MERGED_CONFIGS", "AUTO_EPSILON",
-           "AUTO_EPSILON_CELL_POINTS", "METHODS", "HEURISTIC_CHOICES"]
+           "AUTO_EPSILON_CELL_POINTS", "AUTO_EXACT_TERMS", "METHODS", "HEURISTIC_CHOICES"]
 
 DEFAULT_MAX_MERGED_CONFIGS = 1024
 AUTO_EPSILON = 1e-3
 """The epsilon that ``epsilon="auto"`` turns on (see :func:`track`)."""
 AUTO_EPSILON_CELL_POINTS = 1024
 """``epsilon="auto"`` thins once an intermediate frontier cell holds more points than this."""
+AUTO_EXACT_TERMS = 30_000_000
+"""``epsilon="auto"`` starts over, thinned from the start, once its exact steps pass this
+many product terms (a few seconds of work)."""
 _MAX_DEGRADED_EPSILON = 0.1
 METHODS = ("ldp", "elimination")
 HEURISTIC_CHOICES = ("auto", "min_memory", "weighted")
@@ -442,6 +450,9 @@ def track(
         layers grow to 1e5 points per cell, which no user reads and which costs minutes;
         the run reports the epsilon it ended with (``fr.epsilon``), the depth L counts only
         the thinned steps, and ``stats["epsilon_from_combine"]`` says where thinning began.
+        When the exact steps pass ``AUTO_EXACT_TERMS`` (3e7) product terms, the run starts
+        over thinned from its first step (``stats["auto_exact_attempt"]``: the combines,
+        terms and seconds given up).
     threads : int or None
         Worker threads for the per-config work (None = all cores). The result does not
         depend on it.
@@ -522,7 +533,7 @@ def track(
     switch = None
     if eps == "auto":
         eps = 0.0
-        switch = None if exact else (AUTO_EPSILON, AUTO_EPSILON_CELL_POINTS)
+        switch = None if exact else (AUTO_EPSILON, AUTO_EPSILON_CELL_POINTS, AUTO_EXACT_TERMS)
     if progress is not None and not callable(progress):
         raise InvalidInputError(f"progress must be a callable or None, got {type(progress).__name__}")
     if anchors not in ("auto", True, False):
@@ -558,12 +569,17 @@ def track(
         )
     first = "min_memory" if heuristic in ("auto", "min_memory") else "weighted"
     retries = []
+    exact_attempt = None
     while True:
         try:
             runs = _run(cg, method, bool(exact), eps, threads, int(max_merged_configs), first,
                         fork=heuristic == "auto", max_bytes=int(max_memory),
                         progress=None if progress is None else _Progress(progress, cg.n_nodes), switch=switch)
             break
+        except ExactBudgetSpent as exc:
+            exact_attempt = dict(combines=exc.combines, terms=exc.terms, seconds=_time.perf_counter() - t0)
+            eps = AUTO_EPSILON
+            switch = None
         except MemoryLimitError as exc:
             if on_memory_limit == "raise" or exc.epsilon >= _MAX_DEGRADED_EPSILON:
                 raise
@@ -584,6 +600,8 @@ def track(
         mem, tim, ch, ech = _add_anchors(cg, mem, tim, ch, ech, stats, strict=anchors is True, max_bytes=int(max_memory))
     else:
         stats["anchors"] = "off"
+    if exact_attempt is not None:
+        stats["auto_exact_attempt"] = exact_attempt  # the exact start given up for thinning from the first step
     if retries:
         stats["memory_limit_retries"] = retries  # (epsilon, bytes held) of every stopped run
     if mem.size == 0:
