@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tensoropt_py.elimination import MAX_SLOTS, _kernels, combine_ragged, reduce_ragged
+from tensoropt_py.elimination import MAX_SLOTS, _kernels, combine_outer, combine_ragged, reduce_ragged
 from tensoropt_py.elimination.reference import (
     combine_reference,
     reduce_ragged_reference,
@@ -100,6 +100,35 @@ def test_shifted_memories_that_round_together_keep_the_faster_point():
         got = combine_ragged([base, shift], term_off, cells, merge=merge)
         for g, e in zip(got, exp):
             assert np.array_equal(g, e)
+
+
+@settings(max_examples=100)
+@given(st.integers(0, 10**6), st.booleans(), st.sampled_from([0.0, 0.01]), st.sampled_from(["auto", "heap", "staircase"]))
+def test_outer_terms_match_the_reference_on_written_out_terms(seed, integer, eps, merge):
+    rng = np.random.default_rng(seed)
+    S = int(rng.integers(1, 5))
+    tables = [random_table(rng, int(rng.integers(1, 8)), int(rng.integers(1, 7)), integer) for _ in range(S)]
+    n_out, U = int(rng.integers(0, 6)), int(rng.integers(1, 6))
+    row, col = np.zeros((S, n_out), dtype=np.int64), np.zeros((S, U), dtype=np.int64)
+    for s in range(S):
+        n_cells = len(tables[s][0]) - 1
+        split = int(rng.integers(1, n_cells + 1))  # row part below split, column part below the rest
+        row[s] = rng.integers(0, split, size=n_out)
+        col[s] = rng.integers(0, n_cells - split + 1, size=U)
+    term_off = np.arange(n_out + 1) * U
+    cells = (row.T[:, None, :] + col.T[None, :, :]).reshape(n_out * U, S)
+    got = combine_outer(tables, row, col, epsilon=eps, threads=int(rng.integers(1, 3)), merge=merge)
+    exp = combine_reference(tables, term_off, cells, epsilon=eps)
+    for g, e in zip(got, exp):
+        assert np.array_equal(g, e)
+
+
+def test_outer_terms_out_of_range_are_named():
+    tab = (np.array([0, 1, 2]), np.array([1.0, 2.0]), np.array([1.0, 0.5]))
+    with pytest.raises(InvalidInputError, match=r"row\[0\] \+ col\[0\] must be cells of tables\[0\]"):
+        combine_outer([tab], [[1]], [[0, 1]])
+    with pytest.raises(InvalidInputError, match="row and col must have shapes"):
+        combine_outer([tab], [[0]], [0, 1])
 
 
 def test_combine_rejects_unknown_merge():

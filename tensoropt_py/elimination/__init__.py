@@ -12,6 +12,6 @@ This package knows nothing about DNNs and does not import :mod:`tensoropt_py.eng
 (which sits above it); :func:`tensoropt_py.engine.track` drives it.
 """
 
-from .kernels import MAX_SLOTS, combine_ragged, reduce_ragged, resolve_threads
+from .kernels import MAX_SLOTS, combine_outer, combine_ragged, reduce_ragged, resolve_threads
 
-__all__ = ["combine_ragged", "reduce_ragged", "resolve_threads", "MAX_SLOTS"]
+__all__ = ["combine_ragged", "combine_outer", "reduce_ragged", "resolve_threads", "MAX_SLOTS"]

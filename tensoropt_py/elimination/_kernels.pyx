@@ -13,8 +13,9 @@ frontier's size per list and the fastest while it stays short (``STAIR_LIMIT`` p
 past that, a k-way heap merge that drops a list as soon as its smallest time cannot
 beat the best time found so far and gallops over dominated points. Both visit points in
 (memory, time, list) order and keep a point when its time beats every earlier one, so
-they give the same points with the same provenance.  Output points carry their provenance: the global point index
-of the parent point of every slot (``-1`` for an absent slot).
+they give the same points with the same provenance. Output points carry their
+provenance: the global point index of the parent point of every slot (``-1`` for an
+absent slot).
 
 The pure NumPy reference of this kernel is
 :func:`tensoropt_py.elimination.reference.combine_reference`; both must agree exactly,
@@ -47,6 +48,10 @@ cdef struct Src:
     const double* tim[MAXS]
     const i64* term_off
     const i64* term_cells
+    const i64* outer_row
+    const i64* outer_col
+    i64 n_rows
+    i64 U
     double eps
 
 
@@ -200,6 +205,12 @@ cdef int _grow_stairs(Buf* B, i64 need) noexcept nogil:
     return 0
 
 
+cdef inline bint _before(SP* p, double m, double t, i64 li) noexcept nogil:
+    """Whether staircase point ``p`` comes before point (m, t) of list ``li`` in (memory,
+    time, list index) order."""
+    return p.m < m or (p.m == m and (p.t < t or (p.t == t and p.li < li)))
+
+
 cdef i64 _merge_into(Src* src, Buf* B, i64 n, i64 li, i64 limit) noexcept nogil:
     """Frontier of staircase ``B.sa[:n]`` (from lists before ``li``) and list ``li`` into
     ``B.sb``; returns its length, -1 past ``limit`` points, -2 out of memory. In (memory,
@@ -212,8 +223,8 @@ cdef i64 _merge_into(Src* src, Buf* B, i64 n, i64 li, i64 limit) noexcept nogil:
     cdef const double* bt = src.tim[L.base]
     cdef SP* a = B.sa
     cdef SP* b
-    cdef i64 i = 0, j = L.pos, k = 0, lo, hi, mid
-    cdef double best = INFINITY, lm, lt
+    cdef i64 i, j = L.pos, k, lo, hi, mid
+    cdef double best, lm, lt
     # the whole list is dominated when its ideal corner (least memory, least time) is
     if n > 0:
         lm = bm[j] + L.sm
@@ -229,14 +240,42 @@ cdef i64 _merge_into(Src* src, Buf* B, i64 n, i64 li, i64 limit) noexcept nogil:
         # (ties: a point equal to the corner is the list's only point, kept if of lower index)
         if lo > 0 and a[lo - 1].t <= lt and (a[lo - 1].m < lm or a[lo - 1].t < lt or a[lo - 1].li < li):
             return n
-    if _grow_stairs(B, n + L.end - L.pos) != 0:
+    # staircase points of less memory than the list's first point come first and stay
+    lm = bm[j] + L.sm
+    lo = 0
+    hi = n
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if a[mid].m < lm:
+            lo = mid + 1
+        else:
+            hi = mid
+    i = lo
+    best = a[i - 1].t if i > 0 else INFINITY
+    # find the list's first point that beats every earlier one, without writing anything:
+    # up to it, the staircase's points all stay (each beats the ones before it), and a list
+    # without such a point leaves the staircase as it is
+    while j < L.end:
+        lm = bm[j] + L.sm
+        lt = bt[j] + L.st
+        while i < n and _before(&a[i], lm, lt, li):
+            best = a[i].t
+            i += 1
+        if lt < best:
+            break
+        j += 1
+    if j == L.end:
+        return n
+    if _grow_stairs(B, n + L.end - j) != 0:
         return -2
     a = B.sa
     b = B.sb
+    memcpy(b, a, i * sizeof(SP))
+    k = i
     while i < n and j < L.end:
         lm = bm[j] + L.sm
         lt = bt[j] + L.st
-        if a[i].m < lm or (a[i].m == lm and (a[i].t < lt or (a[i].t == lt and a[i].li < li))):
+        if _before(&a[i], lm, lt, li):
             if a[i].t < best:
                 b[k] = a[i]
                 best = a[i].t
@@ -347,6 +386,12 @@ cdef i64 _prune_shifts(Buf* B, i64 lo, i64 hi) noexcept nogil:
     cdef i64* a = B.ord
     if n < 2:
         return hi
+    # shifts along one frontier (the usual case) come as a staircase already: none dominated
+    for i in range(lo + 1, hi):
+        if not (B.lists[i].sm > B.lists[i - 1].sm and B.lists[i].st < B.lists[i - 1].st):
+            break
+    else:
+        return hi
     for i in range(n):
         a[i] = lo + i
     i = n // 2 - 1
@@ -381,11 +426,12 @@ cdef int _process(Src* src, i64 c0, i64 c1, Buf* B, i64* counts, i64 stair_limit
     ``stair_limit``: merge a cell's lists one by one while its frontier stays within this
     many points (-1: always), else (0: never) with the heap."""
     cdef int S = src.S
-    cdef int s, base
+    cdef int s, base, rc
     cdef i64 c, t, nl, nl0, hn, start, w, i, lo_, hi_, mid, li, g, n
     cdef i64 lo[MAXS]
     cdef i64 sz[MAXS]
     cdef i64 idx[MAXS]
+    cdef i64 ocells[MAXS]
     cdef i64 bsize
     cdef const i64* cells
     cdef Lst* l
@@ -395,7 +441,12 @@ cdef int _process(Src* src, i64 c0, i64 c1, Buf* B, i64* counts, i64 stair_limit
     for c in range(c0, c1):
         nl = 0
         for t in range(src.term_off[c], src.term_off[c + 1]):
-            cells = src.term_cells + t * S
+            if src.outer_row != NULL:
+                for s in range(S):
+                    ocells[s] = src.outer_row[s * src.n_rows + c] + src.outer_col[s * src.U + t - src.term_off[c]]
+                cells = ocells
+            else:
+                cells = src.term_cells + t * S
             base = -1
             bsize = -1
             ok = True
@@ -453,14 +504,13 @@ cdef int _process(Src* src, i64 c0, i64 c1, Buf* B, i64* counts, i64 stair_limit
                     break
             nl = _prune_shifts(B, nl0, nl)
         start = B.n
-        hn = 1
         if stair_limit != 0:
-            hn = _staircase_merge(src, B, nl, stair_limit if stair_limit > 0 else INT64_MAX)
-            if hn < 0:
+            rc = _staircase_merge(src, B, nl, stair_limit if stair_limit > 0 else INT64_MAX)
+            if rc < 0:
                 B.err = 1
                 return -1
-        if hn == 0:
-            nl = 0  # done: the heap below has nothing to merge
+            if rc == 0:
+                nl = 0  # merged: nothing is left for the heap
         # k-way merge + reduce
         for i in range(nl):
             B.heap[i].m = B.lists[i].hm
@@ -597,8 +647,9 @@ cdef class _Worker:
         return self.buf.n
 
 
-def combine_kernel(list offs, list mems, list tims, cnp.ndarray term_off, cnp.ndarray term_cells,
-                   double eps, object chunk_bounds, object executor=None, i64 stair_limit=STAIR_LIMIT):
+def combine_kernel(list offs, list mems, list tims, cnp.ndarray term_off, object term_cells,
+                   double eps, object chunk_bounds, object executor=None, i64 stair_limit=STAIR_LIMIT,
+                   object outer=None):
     """Run the combine kernel (no validation: call it through ``kernels.combine_ragged``).
 
     Parameters
@@ -606,7 +657,7 @@ def combine_kernel(list offs, list mems, list tims, cnp.ndarray term_off, cnp.nd
     offs, mems, tims : list of ndarray
         Per parent slot: CSR offsets (int64), memory and time (float64), C-contiguous.
     term_off : ndarray of int64, shape (n_out + 1,)
-    term_cells : ndarray of int64, shape (n_terms, S)
+    term_cells : ndarray of int64, shape (n_terms, S), or None with ``outer``
     eps : float
         Epsilon-thinning factor (0 = exact reduce).
     chunk_bounds : sequence of int
@@ -617,6 +668,11 @@ def combine_kernel(list offs, list mems, list tims, cnp.ndarray term_off, cnp.nd
         A cell's lists are merged one by one into its frontier while that stays within this
         many points, else by a heap (the result is the same); -1: always one by one, 0:
         always the heap (tests compare both with the reference).
+    outer : None or (row, col)
+        Terms given as sums instead of ``term_cells``: int64 arrays ``row`` (S, n_out) and
+        ``col`` (S, U), C-contiguous; every cell has ``U`` terms (``term_off = U * arange``)
+        and term ``u`` of cell ``c`` takes cell ``row[s, c] + col[s, u]`` of slot ``s``
+        (node eliminations' terms have this form: they need not be written out).
 
     Returns
     -------
@@ -634,10 +690,21 @@ def combine_kernel(list offs, list mems, list tims, cnp.ndarray term_off, cnp.nd
         src.offs[s] = <const i64*> cnp.PyArray_DATA(offs[s])
         src.mem[s] = <const double*> cnp.PyArray_DATA(mems[s])
         src.tim[s] = <const double*> cnp.PyArray_DATA(tims[s])
+    cdef cnp.ndarray row, col
     src.term_off = <const i64*> cnp.PyArray_DATA(term_off)
-    src.term_cells = <const i64*> cnp.PyArray_DATA(term_cells)
-    src.eps = eps
     n_out = term_off.shape[0] - 1
+    src.term_cells = NULL
+    src.outer_row = NULL
+    src.outer_col = NULL
+    if outer is None:
+        src.term_cells = <const i64*> cnp.PyArray_DATA(term_cells)
+    else:
+        row, col = outer
+        src.outer_row = <const i64*> cnp.PyArray_DATA(row)
+        src.outer_col = <const i64*> cnp.PyArray_DATA(col)
+        src.n_rows = row.shape[1]
+        src.U = col.shape[1]
+    src.eps = eps
     workers = []
     bounds = list(chunk_bounds)
     for k in range(len(bounds) - 1):

@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import InvalidInputError
 from . import _kernels
 
-__all__ = ["combine_ragged", "reduce_ragged", "resolve_threads", "check_epsilon", "MAX_SLOTS"]
+__all__ = ["combine_ragged", "combine_outer", "reduce_ragged", "resolve_threads", "check_epsilon", "MAX_SLOTS"]
 
 MAX_SLOTS = int(_kernels.MAX_SLOTS)
 
@@ -130,27 +130,12 @@ def combine_ragged(tables, term_off, term_cells, epsilon=0.0, threads=1, validat
     [[0, 0], [1, 0], [1, 1]]
     """
     S = len(tables)
-    if not 1 <= S <= MAX_SLOTS:
-        raise InvalidInputError(f"combine_ragged takes 1..{MAX_SLOTS} tables, got {S}")
-    offs, mems, tims = [], [], []
-    for s, tab in enumerate(tables):
-        o, m, t = tab
-        o = np.ascontiguousarray(o, dtype=np.int64)
-        m = np.ascontiguousarray(m, dtype=np.float64)
-        t = np.ascontiguousarray(t, dtype=np.float64)
-        if validate:
-            _check_table(o, m, t, s)
-        offs.append(o)
-        mems.append(m)
-        tims.append(t)
+    offs, mems, tims = _parse_tables(tables, validate, "combine_ragged")
     term_off = np.ascontiguousarray(term_off, dtype=np.int64)
     term_cells = np.ascontiguousarray(term_cells, dtype=np.int64)
     if term_cells.ndim == 1 and term_cells.size == 0:
         term_cells = term_cells.reshape(0, S)
-    eps = check_epsilon(epsilon)
-    threads = resolve_threads(threads)
-    if merge not in _STAIR_LIMITS:
-        raise InvalidInputError(f"merge must be one of {sorted(_STAIR_LIMITS)}, got {merge!r}")
+    eps, threads, stair_limit = _parse_options(epsilon, threads, merge)
     if validate:
         if term_off.ndim != 1 or term_off.shape[0] < 1 or term_off[0] != 0 or np.any(np.diff(term_off) < 0):
             raise InvalidInputError("term_off must be non-decreasing CSR offsets starting at 0")
@@ -167,7 +152,86 @@ def combine_ragged(tables, term_off, term_cells, epsilon=0.0, threads=1, validat
     work = max(float(o[-1]) / max(o.shape[0] - 1, 1) for o in offs)
     bounds = _chunk_bounds(term_off, n_out, threads, work)
     return _kernels.combine_kernel(offs, mems, tims, term_off, term_cells, eps, bounds, _executor(threads),
-                                   _STAIR_LIMITS[merge])
+                                   stair_limit)
+
+
+def combine_outer(tables, row, col, epsilon=0.0, threads=1, validate=True, merge: Merge = "auto"):
+    """:func:`combine_ragged` for terms that are sums: output cell ``c`` has ``U`` terms, and
+    term ``u`` takes cell ``row[s, c] + col[s, u]`` of table ``s`` (compiled; the terms are
+    never written out).
+
+    Node eliminations have terms of this form: a layout class of each neighbour (the row)
+    and a config of the node eliminated (the column). Same result as :func:`combine_ragged`
+    on the written-out terms ``term_off = U * arange(n_out + 1)``, ``term_cells[c * U + u, s]
+    = row[s, c] + col[s, u]``.
+
+    Parameters
+    ----------
+    tables : list of (offsets, memory, time)
+        ``S`` parent tables, ``1 <= S <= MAX_SLOTS`` (see :func:`combine_ragged`).
+    row : array_like of int, shape (S, n_out)
+    col : array_like of int, shape (S, U)
+        Every sum ``row[s, c] + col[s, u]`` must be a cell of table ``s``.
+    epsilon, threads, validate, merge
+        As for :func:`combine_ragged`.
+
+    Returns
+    -------
+    offsets, memory, time, prov
+        As for :func:`combine_ragged`.
+
+    Examples
+    --------
+    >>> t1 = ([0, 2, 3], [1.0, 2.0, 0.5], [2.0, 1.0, 3.0])
+    >>> off, m, t, p = combine_outer([t1, t1], [[0], [0]], [[0, 1], [1, 0]])
+    >>> off.tolist(), m.tolist(), t.tolist()
+    ([0, 2], [1.5, 2.5], [5.0, 4.0])
+    """
+    S = len(tables)
+    offs, mems, tims = _parse_tables(tables, validate, "combine_outer")
+    eps, threads, stair_limit = _parse_options(epsilon, threads, merge)
+    row = np.ascontiguousarray(row, dtype=np.int64)
+    col = np.ascontiguousarray(col, dtype=np.int64)
+    if row.ndim != 2 or col.ndim != 2 or row.shape[0] != S or col.shape[0] != S:
+        raise InvalidInputError(f"row and col must have shapes ({S}, n_out) and ({S}, U), got {row.shape} and {col.shape}")
+    n_out, U = row.shape[1], col.shape[1]
+    if validate and n_out and U:
+        for s in range(S):
+            n_cells = offs[s].shape[0] - 1
+            lo, hi = row[s].min() + col[s].min(), row[s].max() + col[s].max()
+            if lo < 0 or hi >= n_cells:
+                raise InvalidInputError(f"row[{s}] + col[{s}] must be cells of tables[{s}], in [0, {n_cells}), got {lo} .. {hi}")
+    term_off = np.arange(n_out + 1, dtype=np.int64) * U
+    work = max(float(o[-1]) / max(o.shape[0] - 1, 1) for o in offs)
+    bounds = _chunk_bounds(term_off, n_out, threads, work)
+    return _kernels.combine_kernel(offs, mems, tims, term_off, None, eps, bounds, _executor(threads), stair_limit,
+                                   (row, col))
+
+
+def _parse_tables(tables, validate, who):
+    """Offsets, memory and time arrays of every table, contiguous (checked with ``validate``)."""
+    S = len(tables)
+    if not 1 <= S <= MAX_SLOTS:
+        raise InvalidInputError(f"{who} takes 1..{MAX_SLOTS} tables, got {S}")
+    offs, mems, tims = [], [], []
+    for s, tab in enumerate(tables):
+        o, m, t = tab
+        o = np.ascontiguousarray(o, dtype=np.int64)
+        m = np.ascontiguousarray(m, dtype=np.float64)
+        t = np.ascontiguousarray(t, dtype=np.float64)
+        if validate:
+            _check_table(o, m, t, s)
+        offs.append(o)
+        mems.append(m)
+        tims.append(t)
+    return offs, mems, tims
+
+
+def _parse_options(epsilon, threads, merge):
+    """``(epsilon, threads, stair_limit)`` of the kernel from the public options."""
+    if merge not in _STAIR_LIMITS:
+        raise InvalidInputError(f"merge must be one of {sorted(_STAIR_LIMITS)}, got {merge!r}")
+    return check_epsilon(epsilon), resolve_threads(threads), _STAIR_LIMITS[merge]
 
 
 def _check_table(o, m, t, s):

@@ -34,6 +34,19 @@ def _terms(n, U, columns):
     return out.reshape(n * U, len(columns))
 
 
+def _sums(n, U, rows, cols):
+    """The same terms as sums for the kernel, ``(row (S, n), col (S, U))``: slot ``s`` takes
+    ``rows[s][c] + cols[s][u]`` (``None``: 0)."""
+    row = np.zeros((len(rows), n), dtype=np.int64)
+    col = np.zeros((len(cols), U), dtype=np.int64)
+    for s, (r, c) in enumerate(zip(rows, cols)):
+        if r is not None:
+            row[s] = r
+        if c is not None:
+            col[s] = c
+    return row, col
+
+
 def detach(g, i):
     """Remove isolated node ``i``; append ``reduce(union_k F(o_i, k))`` to ``g.detached``."""
     node = g.nodes[i]
@@ -64,7 +77,10 @@ def fold_leaf(g, i):
             ecol = ecell_i[None, :] + (jmap[jrep[d]] * sj)[:, None]
             return _terms(hi - lo, U, [c[None, :] for c in ucols] + [ecol])
 
-        H = g.ctx.combine_gen(utabs + [e.table], D, U, make_terms)
+        def make_outer(lo, hi):
+            return _sums(hi - lo, U, [None] * len(ucols) + [jmap[jrep[lo:hi]] * sj], list(ucols) + [ecell_i])
+
+        H = g.ctx.combine_gen(utabs + [e.table], D, U, make_terms, make_outer=make_outer)
         nj.factors.append((H, jinv.astype(np.int64)))
         if len(nj.factors) > 2:
             g.materialize(nj)
@@ -77,7 +93,11 @@ def fold_leaf(g, i):
             ecol = ecell_i[None, :] + (jmap[p] * sj)[:, None]
             return _terms(hi - lo, U, [c[None, :] for c in ucols] + [ecol] + [c[lo:hi, None] for c in jcells])
 
-        T = g.ctx.combine_gen(utabs + [e.table] + jtabs, nj.K, U, make_terms)
+        def make_outer(lo, hi):
+            rows = [None] * len(ucols) + [jmap[lo:hi] * sj] + [c[lo:hi] for c in jcells]
+            return _sums(hi - lo, U, rows, list(ucols) + [ecell_i] + [None] * len(jcells))
+
+        T = g.ctx.combine_gen(utabs + [e.table] + jtabs, nj.K, U, make_terms, make_outer=make_outer)
         g.release_node(nj)
         nj.factors = [(T, np.arange(nj.K))]
     for t in utabs:
@@ -111,10 +131,14 @@ def eliminate_node(g, i):
         col_j = base_j[c % D][:, None] + ej_i[None, :]
         return _terms(hi - lo, U, [col_h] + [u[None, :] for u in ucols] + [col_j])
 
+    def make_outer(lo, hi):
+        c = np.arange(lo, hi)
+        return _sums(hi - lo, U, [base_h[c // D]] + [None] * len(ucols) + [base_j[c % D]], [eh_i] + list(ucols) + [ej_i])
+
     # the terms follow from these arrays alone: a repeated layer finds its batches in the memo
     # without building (or hashing) them
     key = _digest(np.array([D, U, len(ucols)]), base_h, eh_i, base_j, ej_i, *ucols)
-    T = g.ctx.combine_gen([eh.table] + utabs + [ej.table], A * D, U, make_terms, terms_key=key)
+    T = g.ctx.combine_gen([eh.table] + utabs + [ej.table], A * D, U, make_terms, terms_key=key, make_outer=make_outer)
     for t in utabs:
         t.release()
     g.release_node(ni)

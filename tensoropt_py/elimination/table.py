@@ -282,17 +282,22 @@ class Context:
         self.stats["memo_hits"] += 1
         return self.register(FTable(off, m, t, parents, prov, depth=depth))
 
-    def _combine_raw(self, parents, term_off, term_cells, thin, key=None):
+    def _combine_raw(self, parents, term_off, term_cells, thin, key=None, outer=None):
         """The kernel call behind :meth:`combine`, memoised. ``key``: a memo key the caller
-        derived from what generates the terms (:meth:`combine_gen`); None: a hash of the terms."""
+        derived from what generates the terms (:meth:`combine_gen`); None: a hash of the terms.
+        ``outer``: the terms as ``(row, col)`` sums instead of ``term_cells`` (see
+        :func:`~tensoropt_py.elimination.kernels.combine_outer`)."""
         n_out = term_off.shape[0] - 1
         eps = self.epsilon if thin else 0.0
         depth = _depth(parents, eps)
         if key is None and int(term_off[-1]) >= _MEMO_MIN_TERMS:
-            cells = term_cells
-            if all(p.n_cells < _I32 for p in parents):
-                cells = term_cells.astype(np.int32)  # half the bytes to hash
-            key = (eps, tuple(p.digest() for p in parents), _digest(term_off, cells))
+            if outer is not None:
+                terms = outer
+            elif all(p.n_cells < _I32 for p in parents):
+                terms = (term_cells.astype(np.int32),)  # half the bytes to hash
+            else:
+                terms = (term_cells,)
+            key = (eps, tuple(p.digest() for p in parents), _digest(term_off, *terms))
             hit = self._memo_hit(key, parents, depth)
             if hit is not None:
                 return hit
@@ -301,7 +306,8 @@ class Context:
         tims = [p.time for p in parents]
         work = max(p.n_points / max(p.n_cells, 1) for p in parents)
         bounds = _chunk_bounds(term_off, n_out, self.threads, work)
-        off, m, t, prov = _kernels.combine_kernel(offs, mems, tims, term_off, term_cells, eps, bounds, self.executor)
+        off, m, t, prov = _kernels.combine_kernel(offs, mems, tims, term_off, term_cells, eps, bounds, self.executor,
+                                                  outer=outer)
         self.stats["combines"] += 1
         self.stats["terms"] += int(term_off[-1])
         self.stats["points"] += int(off[-1])
@@ -327,12 +333,16 @@ class Context:
         _, old = self._memo.popitem(last=False)
         self._memo_bytes -= sum(a.nbytes for a in old)
 
-    def combine_gen(self, parents, n_out, terms_per_cell, make_terms, thin=None, terms_key=None):
+    def combine_gen(self, parents, n_out, terms_per_cell, make_terms, thin=None, terms_key=None, make_outer=None):
         """Like :meth:`combine` for regular term lists built in batches of output cells.
 
         ``make_terms(lo, hi)`` returns the ``((hi-lo)*terms_per_cell, S)`` term cells of
         output cells ``lo..hi-1`` (``terms_per_cell`` terms each), so huge term lists are
         never materialised at once; the batches are glued by a concatenation table.
+
+        ``make_outer(lo, hi)``: the same terms as sums ``(row (S, hi-lo), col (S,
+        terms_per_cell))``, handed to the kernel as they are (nothing written out), except
+        where a product must be staged (more than two multi-point parents).
 
         ``terms_key``: bytes that determine every term ``make_terms`` can return (a digest of
         the small arrays it reads). The memo is then keyed on it, so a repeated batch is
@@ -342,11 +352,12 @@ class Context:
             thin = terms_per_cell > 1
         batch = max(1, _MAX_TERMS_PER_BATCH // max(terms_per_cell, 1))
         if n_out <= batch:
-            return self._combine_batch(parents, 0, n_out, terms_per_cell, make_terms, thin, terms_key)
+            return self._combine_batch(parents, 0, n_out, terms_per_cell, make_terms, thin, terms_key, make_outer)
         pieces = []
         for lo in range(0, n_out, batch):
             hi = min(n_out, lo + batch)
-            pieces.append(self._combine_batch(parents, lo, hi, terms_per_cell, make_terms, thin, terms_key))
+            pieces.append(self._combine_batch(parents, lo, hi, terms_per_cell, make_terms, thin, terms_key,
+                                              make_outer))
         counts = np.concatenate([np.diff(p.offsets) for p in pieces])
         off = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         tab = FTable(
@@ -360,19 +371,25 @@ class Context:
             p.release()
         return self.register(tab)
 
-    def _combine_batch(self, parents, lo, hi, terms_per_cell, make_terms, thin, terms_key):
+    def _combine_batch(self, parents, lo, hi, terms_per_cell, make_terms, thin, terms_key, make_outer):
         """Output cells ``lo..hi-1`` of :meth:`combine_gen`."""
         term_off = np.arange(hi - lo + 1, dtype=np.int64) * terms_per_cell
-        # a staged combine (more than two multi-point parents) memoises its own steps instead
-        if (terms_key is None or int(term_off[-1]) < _MEMO_MIN_TERMS
-                or sum(p.max_cell > 1 for p in parents) > 2):
+        staged = sum(p.max_cell > 1 for p in parents) > 2
+        if staged or make_outer is None:
+            make_outer = None
+        key = None
+        # a staged combine memoises its own steps instead
+        if terms_key is not None and int(term_off[-1]) >= _MEMO_MIN_TERMS and not staged:
+            eps = self.epsilon if thin else 0.0
+            key = (eps, tuple(p.digest() for p in parents), terms_key, lo, hi, terms_per_cell)
+            hit = self._memo_hit(key, parents, _depth(parents, eps))
+            if hit is not None:
+                self.stats["memo_terms_skipped"] = self.stats.get("memo_terms_skipped", 0) + 1
+                return hit
+        if make_outer is not None:
+            return self._combine_raw(parents, term_off, None, thin, key=key, outer=make_outer(lo, hi))
+        if key is None:
             return self.combine(parents, term_off, make_terms(lo, hi), thin=thin)
-        eps = self.epsilon if thin else 0.0
-        key = (eps, tuple(p.digest() for p in parents), terms_key, lo, hi, terms_per_cell)
-        hit = self._memo_hit(key, parents, _depth(parents, eps))
-        if hit is not None:
-            self.stats["memo_terms_skipped"] = self.stats.get("memo_terms_skipped", 0) + 1
-            return hit
         cells = np.ascontiguousarray(make_terms(lo, hi), dtype=np.int64).reshape(-1, len(parents))
         return self._combine_raw(parents, term_off, cells, thin, key=key)
 

@@ -86,7 +86,7 @@ def _best(comps, axis):
     first = comps[0].min(axis=axis)
     if len(comps) == 1:
         return [first]
-    return [first, np.where(_ties(comps[0], first, axis), comps[1], np.inf).min(axis=axis)]
+    return [first, np.minimum.reduce(comps[1], axis=axis, where=_ties(comps[0], first, axis), initial=np.inf)]
 
 
 def _argbest(a, axis):
@@ -108,12 +108,19 @@ def _reduce_slabs(subs, shape, width):
     step = max(1, _SLAB_ENTRIES // max(1, math.prod(shape) // max(shape[q], 1))) if q else 1
     for lo in range(0, shape[q] if q else 1, step):
         hi = lo + step
-        acc = [0.0] * width
+        acc = [None] * width
+        owned = [False] * width  # acc[c] is a sum made here (else a factor's own array: read only)
         for comps in subs:
             for c, sub in enumerate(comps):
                 if q and sub.shape[q] > 1:
                     sub = sub[(slice(None),) * q + (slice(lo, hi),)]
-                acc[c] = acc[c] + sub
+                if acc[c] is None:
+                    acc[c] = sub
+                elif owned[c] and np.broadcast_shapes(acc[c].shape, sub.shape) == acc[c].shape:
+                    np.add(acc[c], sub, out=acc[c])
+                else:
+                    acc[c] = acc[c] + sub
+                    owned[c] = True
         # x's own unary factor spans axis 0 and every other axis has a factor: acc is full
         out = red[(slice(None),) * (q - 1) + (slice(lo, hi),) if q else ()]
         for c, best in enumerate(_best(acc, 0)):
