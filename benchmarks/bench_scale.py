@@ -4,7 +4,8 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
 
 * ``transformer16_track``: ``track`` of the CostGraph of ``to.frontier("transformer",
   "v100-2x8", devices=16)`` with default settings: seconds, points, heuristic eliminations, whether the exact fastest/smallest
-  strategies had to be added (anchors), peak bytes of the frontier tables;
+  strategies had to be added (anchors), where ``epsilon="auto"`` thinned (or the exact start it gave
+  up), peak bytes of the frontier tables;
 * ``fastest``: the frontier's fastest and smallest points vs the OptCNN baseline and vs
   the exact single-objective optima (:func:`tensoropt_py.engine.min_sum`), and the
   measured gap of the frontier's ``min(time + lam * memory)`` to the exact optimum for
@@ -90,6 +91,7 @@ t1 = time.perf_counter()
 st = fr.stats
 out(case="transformer16_track", seconds=t1 - t0, points=len(fr), heuristic=fr.n_heuristic, epsilon=fr.epsilon,
     bound=fr.memory_bound_factor, epsilon_from_combine=st.get("epsilon_from_combine"),
+    auto_exact_attempt=st.get("auto_exact_attempt"),
     anchors=str(st.get("anchors"))[:80], anchor_s=st.get("anchor_seconds"), peak_gib=st["peak_table_bytes"] / 2**30,
     fastest=[float(fr.memory[-1]), float(fr.time[-1])], smallest=[float(fr.memory[0]), float(fr.time[0])])
 np.savez("/tmp/_bench_scale_t16.npz", memory=fr.memory, time=fr.time)

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from tensoropt_py.errors import InvalidInputError
+from tensoropt_py.errors import CostGraphError, InvalidInputError
 from tensoropt_py.engine import (
     CostGraph,
     LayoutEdge,
@@ -392,13 +392,14 @@ def test_auto_epsilon_never_turns_on_when_exact_or_explicit(monkeypatch):
     assert track(cg).epsilon == AUTO_EPSILON
 
 
-@pytest.mark.parametrize("layouts", [None, 8])
+@pytest.mark.parametrize("layouts", [False, True])
 def test_auto_epsilon_past_its_exact_budget_starts_over_thinned(monkeypatch, layouts):
-    # the exact steps pass AUTO_EXACT_TERMS before any cell is large: the run starts over with
-    # AUTO_EPSILON from its first step, which is exactly the explicit thinned run
+    # repeated layers whose exact steps pass AUTO_EXACT_TERMS before any cell is large: the
+    # run starts over with AUTO_EPSILON from its first step, which is the explicit thinned run
     monkeypatch.setattr(_track_module(), "AUTO_EXACT_TERMS", 50)
     monkeypatch.setattr(_track_module(), "AUTO_EPSILON", 0.05)
-    cg = random_chain(40, 10, layouts=layouts, options=2, seed=4, integer_costs=True)
+    cg = repeated_blocks(8, k=8, layouts=layouts, seed=2)
+    assert _track_module().edges_per_table(cg) == 8.0  # 5 tables for 40 edges
     fr = track(cg, anchors=False)
     attempt = fr.stats["auto_exact_attempt"]
     assert attempt["terms"] > 50 and attempt["combines"] >= 1 and "epsilon_from_combine" not in fr.stats
@@ -409,6 +410,25 @@ def test_auto_epsilon_past_its_exact_budget_starts_over_thinned(monkeypatch, lay
     monkeypatch.setattr(_track_module(), "AUTO_EXACT_TERMS", 10**12)
     exact = track(cg, anchors=False)
     assert "auto_exact_attempt" not in exact.stats and exact.epsilon == 0.0
+
+
+def test_auto_epsilon_never_starts_over_without_repeated_layers(monkeypatch):
+    # no two edges share a table: the exact start is not thrown away, however long
+    monkeypatch.setattr(_track_module(), "AUTO_EXACT_TERMS", 1)
+    cg = random_chain(40, 10, layouts=8, options=2, seed=4, integer_costs=True)
+    assert _track_module().edges_per_table(cg) == 1.0
+    fr = track(cg, anchors=False)
+    assert "auto_exact_attempt" not in fr.stats and fr.epsilon == 0.0
+    assert_same_frontier(fr, track(cg, exact=True, epsilon=0.0, anchors=False))
+
+
+def test_a_cost_array_given_for_several_edges_is_stored_once():
+    tab = np.ones((3, 3, 2))
+    cg = CostGraph([np.ones((3, 2))] * 4, [(0, 1, tab), (1, 2, tab), (2, 3, tab.copy())])
+    assert cg.edges[0][2] is cg.edges[1][2] and cg.edges[2][2] is not cg.edges[0][2]
+    assert _track_module().edges_per_table(cg) == 1.5
+    with pytest.raises(CostGraphError, match=r"edge 1 \(1->2\): cost must have shape \(3, 2, 2\)"):
+        CostGraph([np.ones((3, 2))] * 2 + [np.ones((2, 2))], [(0, 1, tab), (1, 2, tab)])
 
 
 @pytest.mark.parametrize("bad", ["fast", "", -1, float("nan"), True, None])

@@ -211,9 +211,10 @@ cdef inline bint _before(SP* p, double m, double t, i64 li) noexcept nogil:
     return p.m < m or (p.m == m and (p.t < t or (p.t == t and p.li < li)))
 
 
-cdef i64 _merge_into(Src* src, Buf* B, i64 n, i64 li, i64 limit) noexcept nogil:
+cdef i64 _merge_into(Src* src, Buf* B, i64 n, i64 li, i64 limit, i64* work) noexcept nogil:
     """Frontier of staircase ``B.sa[:n]`` (from lists before ``li``) and list ``li`` into
-    ``B.sb``; returns its length, -1 past ``limit`` points, -2 out of memory. In (memory,
+    ``B.sb``; returns its length, -1 past ``limit`` points, -2 out of memory; adds the points
+    it visited to ``work``. In (memory,
     time, list index) order, keeping a point when its time beats every earlier one (and
     replacing the last one kept when their memory is equal: shifted memories may round to
     one value): the heap merge's order and rules, so the points and their provenance are
@@ -252,6 +253,7 @@ cdef i64 _merge_into(Src* src, Buf* B, i64 n, i64 li, i64 limit) noexcept nogil:
             hi = mid
     i = lo
     best = a[i - 1].t if i > 0 else INFINITY
+    work[0] += 1 - i
     # find the list's first point that beats every earlier one, without writing anything:
     # up to it, the staircase's points all stay (each beats the ones before it), and a list
     # without such a point leaves the staircase as it is
@@ -264,8 +266,10 @@ cdef i64 _merge_into(Src* src, Buf* B, i64 n, i64 li, i64 limit) noexcept nogil:
         if lt < best:
             break
         j += 1
+    work[0] += i + j - L.pos
     if j == L.end:
         return n
+    work[0] += n + L.end - j
     if _grow_stairs(B, n + L.end - j) != 0:
         return -2
     a = B.sa
@@ -320,14 +324,20 @@ cdef i64 _merge_into(Src* src, Buf* B, i64 n, i64 li, i64 limit) noexcept nogil:
 cdef int _staircase_merge(Src* src, Buf* B, i64 nl, i64 limit) noexcept nogil:
     """Reduce lists ``0..nl-1`` by merging them one by one into a growing staircase (cheap
     while the staircase stays short; a heap merge pays log(nl) per point instead). Appends
-    the frontier to the output and returns 0; 1 when it would pass ``limit`` points (nothing
-    appended: use the heap merge); -1 out of memory."""
-    cdef i64 n = 0, li, w, p
+    the frontier to the output and returns 0; 1 when it would pass ``limit`` points or visit
+    more points than twice the heap's comparisons (nothing appended: use the heap merge);
+    -1 out of memory."""
+    cdef i64 n = 0, li, w, p, work = 0, budget = 0, depth = 1
     cdef int s, S = src.S
     cdef Lst* L
     for li in range(nl):
-        n = _merge_into(src, B, n, li, limit)
-        if n == -1:
+        budget += B.lists[li].end - B.lists[li].pos
+    while (1 << depth) < nl:
+        depth += 1
+    budget = 2 * budget * depth + nl
+    for li in range(nl):
+        n = _merge_into(src, B, n, li, limit, &work)
+        if n == -1 or work > budget:
             return 1
         if n < 0:
             return -1

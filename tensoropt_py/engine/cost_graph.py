@@ -156,7 +156,9 @@ class CostGraph:
         marks an absent option; a config pair without any allowed option is a forbidden
         combination. Multi-edges are allowed, and edges may close cycles: the direction
         of an edge only fixes the index order of its table (the engine picks its own
-        elimination order; see ``topological_order`` and ``acyclic``).
+        elimination order; see ``topological_order`` and ``acyclic``). One cost array (or
+        LayoutEdge) given for several edges, as repeated layers have, is stored once; the
+        engine then knows those edges alike (see ``track(epsilon="auto")``).
 
     Attributes
     ----------
@@ -226,6 +228,7 @@ class CostGraph:
         except TypeError:
             raise CostGraphError(f"edges must be a sequence of (u, v, cost), got {type(self.edges).__name__}") from None
         edges, norm = [], []
+        shared = {}  # id of a cost array given for several edges -> (stored array, forbidden count): stored once
         for e, item in enumerate(edges_in):
             try:
                 u, v, cost = item
@@ -259,18 +262,23 @@ class CostGraph:
                 smap, dmap = le.src_layout, le.dst_layout
                 stored = le
             else:
-                try:
-                    arr = np.asarray(cost, dtype=np.float64)
-                except (TypeError, ValueError) as exc:
-                    raise CostGraphError(f"edge {e} ({u}->{v}): cost is not a float array or LayoutEdge: {exc}") from None
+                if id(cost) in shared:
+                    arr, nbad = shared[id(cost)]
+                else:
+                    try:
+                        arr = np.asarray(cost, dtype=np.float64)
+                    except (TypeError, ValueError) as exc:
+                        raise CostGraphError(f"edge {e} ({u}->{v}): cost is not a float array or LayoutEdge: {exc}") from None
                 if arr.ndim not in (3, 4) or arr.shape[:2] != (Ku, Kv) or arr.shape[-1] != 2 or 0 in arr.shape:
                     raise CostGraphError(
                         f"edge {e} ({u}->{v}): cost must have shape ({Ku}, {Kv}, 2) or ({Ku}, {Kv}, R, 2), got {arr.shape}"
                     )
-                _check_costs(arr, f"edge {e} ({u}->{v})")
-                arr, nbad = _forbid(arr)
+                if id(cost) not in shared:
+                    _check_costs(arr, f"edge {e} ({u}->{v})")
+                    arr, nbad = _forbid(arr)
+                    arr = _readonly(arr)
+                    shared[id(cost)] = (arr, nbad)
                 n_forbidden += nbad
-                arr = _readonly(arr)
                 tab = arr if arr.ndim == 4 else arr[:, :, None, :]
                 smap = np.arange(Ku, dtype=np.int64)
                 dmap = np.arange(Kv, dtype=np.int64)

@@ -30,11 +30,12 @@ Guarantees
 * ``epsilon="auto"`` (the default unless ``exact=True``): epsilon is 0 until a combine
   outputs a cell of more than ``AUTO_EPSILON_CELL_POINTS`` points, and ``AUTO_EPSILON`` from
   the next combine on; the guarantee above holds with that epsilon, since L counts only the
-  thinning steps that used it (``fr.epsilon`` is 0 when it never turned on). When the exact
-  steps alone pass ``AUTO_EXACT_TERMS`` product terms, the run starts over with
-  ``AUTO_EPSILON`` from its first step: a deep model's repeated layers are then all
-  tracked alike, so each distinct one is computed once (a switch within the first layer
-  would have its exact version and its thinned version both computed).
+  thinning steps that used it (``fr.epsilon`` is 0 when it never turned on). On a graph
+  that repeats its layers (``AUTO_REPEATS`` edges or more per distinct edge cost array),
+  when the exact steps alone pass ``AUTO_EXACT_TERMS`` product terms, the run starts over
+  with ``AUTO_EPSILON`` from its first step: the repeated layers are then all tracked
+  alike, so each distinct one is computed once (a switch after the first layer would have
+  its exact version and its thinned version both computed).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from .cost_graph import CostGraph, evaluate
 from .result import TrackedFrontier
 
 __all__ = ["TrackedFrontier", "track", "parse_epsilon", "DEFAULT_MAX_MERGED_CONFIGS", "AUTO_EPSILON",
-           "AUTO_EPSILON_CELL_POINTS", "AUTO_EXACT_TERMS", "METHODS", "HEURISTIC_CHOICES"]
+           "AUTO_EPSILON_CELL_POINTS", "AUTO_EXACT_TERMS", "AUTO_REPEATS", "METHODS", "HEURISTIC_CHOICES"]
 
 DEFAULT_MAX_MERGED_CONFIGS = 1024
 AUTO_EPSILON = 1e-3
@@ -61,7 +62,9 @@ AUTO_EPSILON_CELL_POINTS = 1024
 """``epsilon="auto"`` thins once an intermediate frontier cell holds more points than this."""
 AUTO_EXACT_TERMS = 30_000_000
 """``epsilon="auto"`` starts over, thinned from the start, once its exact steps pass this
-many product terms (a few seconds of work)."""
+many product terms (a few seconds of work), on graphs that repeat their layers."""
+AUTO_REPEATS = 3.0
+"""Edges per distinct edge cost array from which a graph counts as repeating its layers."""
 _MAX_DEGRADED_EPSILON = 0.1
 METHODS = ("ldp", "elimination")
 HEURISTIC_CHOICES = ("auto", "min_memory", "weighted")
@@ -145,6 +148,16 @@ def leaf_bytes(cg):
         A, B, R, _ = tab.shape
         total += A * B * (16 * R + 8 + (2 * R if R > 1 else 1))
     return int(total)
+
+
+def edges_per_table(cg):
+    """Edges of ``cg`` per distinct edge cost array (1.0: no two edges share one; a model
+    whose layers repeat shares their tables)."""
+    from ..elimination.table import table_key
+
+    if cg.n_edges == 0:
+        return 1.0
+    return cg.n_edges / len({table_key(tab) for _, _, _, _, tab in cg._norm})
 
 
 def build_working_graph(cg, epsilon=0.0, threads=1, max_bytes=None, switch=None):
@@ -450,9 +463,10 @@ def track(
         layers grow to 1e5 points per cell, which no user reads and which costs minutes;
         the run reports the epsilon it ended with (``fr.epsilon``), the depth L counts only
         the thinned steps, and ``stats["epsilon_from_combine"]`` says where thinning began.
-        When the exact steps pass ``AUTO_EXACT_TERMS`` (3e7) product terms, the run starts
-        over thinned from its first step (``stats["auto_exact_attempt"]``: the combines,
-        terms and seconds given up).
+        On a graph that repeats its layers (``AUTO_REPEATS``: 3 or more edges per distinct
+        edge cost array), when the exact steps pass ``AUTO_EXACT_TERMS`` (3e7) product terms,
+        the run starts over thinned from its first step (``stats["auto_exact_attempt"]``:
+        the combines, terms and seconds given up).
     threads : int or None
         Worker threads for the per-config work (None = all cores). The result does not
         depend on it.
@@ -533,7 +547,8 @@ def track(
     switch = None
     if eps == "auto":
         eps = 0.0
-        switch = None if exact else (AUTO_EPSILON, AUTO_EPSILON_CELL_POINTS, AUTO_EXACT_TERMS)
+        budget = AUTO_EXACT_TERMS if edges_per_table(cg) >= AUTO_REPEATS else np.inf
+        switch = None if exact else (AUTO_EPSILON, AUTO_EPSILON_CELL_POINTS, budget)
     if progress is not None and not callable(progress):
         raise InvalidInputError(f"progress must be a callable or None, got {type(progress).__name__}")
     if anchors not in ("auto", True, False):
