@@ -76,7 +76,7 @@ def bench_kernels(quick):
     tabs = random_tables(rng, 1, 16, 400) + [(np.arange(17), rng.uniform(1e5, 1e7, 16), rng.uniform(1e-5, 1e-3, 16))]
     term_off = np.arange(n_out + 1) * 16
     cells = np.stack([rng.integers(0, 16, term_off[-1]), rng.integers(0, 16, term_off[-1])], axis=1)
-    tc, a = timed(combine_ragged, tabs, term_off, cells, threads=1, repeat=3)
+    tc, a = timed(combine_ragged, tabs, term_off, cells, threads=1, repeat=20)
     tr, b = timed(combine_reference, tabs, term_off, cells)
     same = all(np.array_equal(x, y) for x, y in zip(a, b))
     rows.append(["combine (union of shifted frontiers)", int(term_off[-1]), int(a[0][-1]), f"{tc * 1e3:.2f}", f"{tr * 1e3:.0f}", f"{tr / tc:.0f}x", same])
@@ -84,14 +84,14 @@ def bench_kernels(quick):
     tabs = random_tables(rng, 3, 8, 12)
     term_off = np.arange(n_out + 1) * 8
     cells = np.stack([rng.integers(0, 8, term_off[-1]) for _ in range(3)], axis=1)
-    tc, a = timed(combine_ragged, tabs, term_off, cells, threads=1, repeat=3)
+    tc, a = timed(combine_ragged, tabs, term_off, cells, threads=1, repeat=20)
     tr, b = timed(combine_reference, tabs, term_off, cells)
     same = all(np.array_equal(x, y) for x, y in zip(a, b))
     rows.append(["combine (3-way products)", int(term_off[-1]), int(a[0][-1]), f"{tc * 1e3:.2f}", f"{tr * 1e3:.0f}", f"{tr / tc:.0f}x", same])
     n = 20000 if quick else 100000
     offs = np.arange(0, n + 1, 100)
     m, t = rng.uniform(0, 1, n), rng.uniform(0, 1, n)
-    tc, a = timed(reduce_ragged, offs, m, t, repeat=3)
+    tc, a = timed(reduce_ragged, offs, m, t, repeat=20)
     tr, b = timed(reduce_ragged_reference, offs, m, t)
     same = all(np.array_equal(x, y) for x, y in zip(a, b))
     rows.append(["reduce_ragged", n, int(a[0][-1]), f"{tc * 1e3:.2f}", f"{tr * 1e3:.0f}", f"{tr / tc:.0f}x", same])
