@@ -125,82 +125,55 @@ cdef inline void _sift_down(HE* heap, i64 n, i64 i) noexcept nogil:
     heap[i] = x
 
 
-cdef int _grow_lists(Buf* B, i64 need) noexcept nogil:
-    cdef i64 cap = B.lcap
-    cdef Lst* nl
-    cdef HE* nh
-    cdef i64* no
-    cdef char* nk
-    if need <= cap:
-        return 0
-    if cap < 64:
-        cap = 64
+cdef inline i64 _capacity(i64 cap, i64 need, i64 least) noexcept nogil:
+    """A capacity of at least ``need`` (and ``least``), doubling from ``cap``."""
+    if cap < least:
+        cap = least
     while cap < need:
         cap *= 2
-    nl = <Lst*> realloc(B.lists, cap * sizeof(Lst))
-    if nl == NULL:
+    return cap
+
+
+cdef inline int _resize(void** p, size_t nbytes) noexcept nogil:
+    """``realloc`` in place of ``p[0]``; -1 (``p[0]`` untouched) when out of memory."""
+    cdef void* q = realloc(p[0], nbytes)
+    if q == NULL:
         return -1
-    B.lists = nl
-    nh = <HE*> realloc(B.heap, cap * sizeof(HE))
-    if nh == NULL:
+    p[0] = q
+    return 0
+
+
+cdef int _grow_lists(Buf* B, i64 need) noexcept nogil:
+    cdef i64 cap
+    if need <= B.lcap:
+        return 0
+    cap = _capacity(B.lcap, need, 64)
+    if (_resize(<void**> &B.lists, cap * sizeof(Lst)) or _resize(<void**> &B.heap, cap * sizeof(HE))
+            or _resize(<void**> &B.ord, cap * sizeof(i64)) or _resize(<void**> &B.keep, cap * sizeof(char))):
         return -1
-    B.heap = nh
-    no = <i64*> realloc(B.ord, cap * sizeof(i64))
-    if no == NULL:
-        return -1
-    B.ord = no
-    nk = <char*> realloc(B.keep, cap * sizeof(char))
-    if nk == NULL:
-        return -1
-    B.keep = nk
     B.lcap = cap
     return 0
 
 
 cdef int _grow_out(Buf* B, i64 need, int S) noexcept nogil:
-    cdef i64 cap = B.ocap
-    cdef double* a
-    cdef double* b
-    cdef i64* p
-    if need <= cap:
+    cdef i64 cap
+    if need <= B.ocap:
         return 0
-    if cap < 256:
-        cap = 256
-    while cap < need:
-        cap *= 2
-    a = <double*> realloc(B.om, cap * sizeof(double))
-    if a == NULL:
+    cap = _capacity(B.ocap, need, 256)
+    if (_resize(<void**> &B.om, cap * sizeof(double)) or _resize(<void**> &B.ot, cap * sizeof(double))
+            or _resize(<void**> &B.op, cap * S * sizeof(i64))):
         return -1
-    B.om = a
-    b = <double*> realloc(B.ot, cap * sizeof(double))
-    if b == NULL:
-        return -1
-    B.ot = b
-    p = <i64*> realloc(B.op, cap * S * sizeof(i64))
-    if p == NULL:
-        return -1
-    B.op = p
     B.ocap = cap
     return 0
 
 
 cdef int _grow_stairs(Buf* B, i64 need) noexcept nogil:
-    cdef i64 cap = B.scap
-    cdef SP* a
-    if need <= cap:
+    cdef i64 cap
+    if need <= B.scap:
         return 0
-    if cap < 256:
-        cap = 256
-    while cap < need:
-        cap *= 2
-    a = <SP*> realloc(B.sa, cap * sizeof(SP))
-    if a == NULL:
+    cap = _capacity(B.scap, need, 256)
+    if _resize(<void**> &B.sa, cap * sizeof(SP)) or _resize(<void**> &B.sb, cap * sizeof(SP)):
         return -1
-    B.sa = a
-    a = <SP*> realloc(B.sb, cap * sizeof(SP))
-    if a == NULL:
-        return -1
-    B.sb = a
     B.scap = cap
     return 0
 
