@@ -88,6 +88,23 @@ def test_long_frontiers_take_the_heap_and_agree():
             assert np.array_equal(g, e)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_many_lists_that_all_survive(seed):
+    # 600 single points of one anti-diagonal (all Pareto-optimal), in random order, with ties:
+    # merging them one by one costs more than the heap, so "auto" gives way to it midway
+    rng = np.random.default_rng(seed)
+    x = rng.permutation(np.repeat(np.arange(300.0), 2))
+    tab = (np.arange(x.size + 1), x, 1000.0 - x)
+    term_off = np.array([0, x.size])
+    cells = np.arange(x.size).reshape(-1, 1)
+    exp = combine_reference([tab], term_off, cells)
+    assert exp[0][-1] == 300
+    for merge in ("auto", "heap", "staircase"):
+        got = combine_ragged([tab], term_off, cells, merge=merge)
+        for g, e in zip(got, exp):
+            assert np.array_equal(g, e)
+
+
 def test_shifted_memories_that_round_together_keep_the_faster_point():
     # 1 + (1 + 2**-52) rounds to 2.0: the shifted frontier has two points of equal memory
     base = (np.array([0, 2]), np.array([1.0, 1.0 + 2.0**-52]), np.array([2.0, 1.0]))

@@ -294,12 +294,12 @@ cdef i64 _merge_into(Src* src, Buf* B, i64 n, i64 li, i64 limit, i64* work) noex
     return k
 
 
-cdef int _staircase_merge(Src* src, Buf* B, i64 nl, i64 limit) noexcept nogil:
+cdef int _staircase_merge(Src* src, Buf* B, i64 nl, i64 limit, bint bounded) noexcept nogil:
     """Reduce lists ``0..nl-1`` by merging them one by one into a growing staircase (cheap
     while the staircase stays short; a heap merge pays log(nl) per point instead). Appends
-    the frontier to the output and returns 0; 1 when it would pass ``limit`` points or visit
-    more points than twice the heap's comparisons (nothing appended: use the heap merge);
-    -1 out of memory."""
+    the frontier to the output and returns 0; 1 when it would pass ``limit`` points or, if
+    ``bounded``, visit more points than twice the heap's comparisons (nothing appended: use
+    the heap merge); -1 out of memory."""
     cdef i64 n = 0, li, w, p, work = 0, budget = 0, depth = 1
     cdef int s, S = src.S
     cdef Lst* L
@@ -310,7 +310,7 @@ cdef int _staircase_merge(Src* src, Buf* B, i64 nl, i64 limit) noexcept nogil:
     budget = 2 * budget * depth + nl
     for li in range(nl):
         n = _merge_into(src, B, n, li, limit, &work)
-        if n == -1 or work > budget:
+        if n == -1 or (bounded and work > budget):
             return 1
         if n < 0:
             return -1
@@ -407,7 +407,8 @@ cdef i64 _prune_shifts(Buf* B, i64 lo, i64 hi) noexcept nogil:
 cdef int _process(Src* src, i64 c0, i64 c1, Buf* B, i64* counts, i64 stair_limit) noexcept nogil:
     """Fill ``B`` with the reduced (and thinned) frontier of cells ``c0 .. c1-1``.
     ``stair_limit``: merge a cell's lists one by one while its frontier stays within this
-    many points (-1: always), else (0: never) with the heap."""
+    many points and the work within twice the heap's (-1: always), else (0: never) with the
+    heap."""
     cdef int S = src.S
     cdef int s, base, rc
     cdef i64 c, t, nl, nl0, hn, start, w, i, lo_, hi_, mid, li, g, n
@@ -488,7 +489,7 @@ cdef int _process(Src* src, i64 c0, i64 c1, Buf* B, i64* counts, i64 stair_limit
             nl = _prune_shifts(B, nl0, nl)
         start = B.n
         if stair_limit != 0:
-            rc = _staircase_merge(src, B, nl, stair_limit if stair_limit > 0 else INT64_MAX)
+            rc = _staircase_merge(src, B, nl, stair_limit if stair_limit > 0 else INT64_MAX, stair_limit > 0)
             if rc < 0:
                 B.err = 1
                 return -1
@@ -649,8 +650,9 @@ def combine_kernel(list offs, list mems, list tims, cnp.ndarray term_off, object
         Runs the chunks in parallel (the kernel releases the GIL).
     stair_limit : int
         A cell's lists are merged one by one into its frontier while that stays within this
-        many points, else by a heap (the result is the same); -1: always one by one, 0:
-        always the heap (tests compare both with the reference).
+        many points and the merging within twice the heap's comparisons, else by a heap (the
+        result is the same); -1: always one by one, 0: always the heap (tests compare both
+        with the reference).
     outer : None or (row, col)
         Terms given as sums instead of ``term_cells``: int64 arrays ``row`` (S, n_out) and
         ``col`` (S, U), C-contiguous; every cell has ``U`` terms (``term_off = U * arange``)
