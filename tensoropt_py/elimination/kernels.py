@@ -148,11 +148,7 @@ def combine_ragged(tables, term_off, term_cells, epsilon=0.0, threads=1, validat
             n_cells = offs[s].shape[0] - 1
             if col.size and (col.max() >= n_cells or col.min() < -1):
                 raise InvalidInputError(f"term_cells[:, {s}] must be in [-1, {n_cells}), got values outside")
-    n_out = term_off.shape[0] - 1
-    work = max(float(o[-1]) / max(o.shape[0] - 1, 1) for o in offs)
-    bounds = _chunk_bounds(term_off, n_out, threads, work)
-    return _kernels.combine_kernel(offs, mems, tims, term_off, term_cells, eps, bounds, _executor(threads),
-                                   stair_limit)
+    return run_kernel(offs, mems, tims, term_off, term_cells, eps, threads, stair_limit)
 
 
 def combine_outer(tables, row, col, epsilon=0.0, threads=1, validate=True, merge: Merge = "auto"):
@@ -202,10 +198,17 @@ def combine_outer(tables, row, col, epsilon=0.0, threads=1, validate=True, merge
             if lo < 0 or hi >= n_cells:
                 raise InvalidInputError(f"row[{s}] + col[{s}] must be cells of tables[{s}], in [0, {n_cells}), got {lo} .. {hi}")
     term_off = np.arange(n_out + 1, dtype=np.int64) * U
+    return run_kernel(offs, mems, tims, term_off, None, eps, threads, stair_limit, (row, col))
+
+
+def run_kernel(offs, mems, tims, term_off, term_cells, eps, threads, stair_limit=_STAIR_LIMITS["auto"], outer=None):
+    """The compiled kernel on checked, contiguous inputs, its output cells split into chunks of
+    about equal work for ``threads`` threads (internal: :func:`combine_ragged`,
+    :func:`combine_outer` and the engine's tables call it)."""
     work = max(float(o[-1]) / max(o.shape[0] - 1, 1) for o in offs)
-    bounds = _chunk_bounds(term_off, n_out, threads, work)
-    return _kernels.combine_kernel(offs, mems, tims, term_off, None, eps, bounds, _executor(threads), stair_limit,
-                                   (row, col))
+    bounds = _chunk_bounds(term_off, term_off.shape[0] - 1, threads, work)
+    return _kernels.combine_kernel(offs, mems, tims, term_off, term_cells, eps, bounds, _executor(threads), stair_limit,
+                                   outer)
 
 
 def _parse_tables(tables, validate, who):

@@ -25,18 +25,9 @@ from .working_graph import WEdge, group_units
 __all__ = ["eliminate_node", "fold_leaf", "detach"]
 
 
-def _terms(n, U, columns):
-    """The ``(n * U, S)`` term cells whose slot ``s`` is ``columns[s]`` broadcast to ``(n, U)``
-    (written in one pass: no broadcast copy of each column first)."""
-    out = np.empty((n, U, len(columns)), dtype=np.int64)
-    for s, col in enumerate(columns):
-        out[:, :, s] = col
-    return out.reshape(n * U, len(columns))
-
-
 def _sums(n, U, rows, cols):
-    """The same terms as sums for the kernel, ``(row (S, n), col (S, U))``: slot ``s`` takes
-    ``rows[s][c] + cols[s][u]`` (``None``: 0)."""
+    """The terms of ``n`` output cells as sums for the kernel, ``(row (S, n), col (S, U))``:
+    slot ``s`` of term ``u`` of cell ``c`` takes ``rows[s][c] + cols[s][u]`` (``None``: 0)."""
     row = np.zeros((len(rows), n), dtype=np.int64)
     col = np.zeros((len(cols), U), dtype=np.int64)
     for s, (r, c) in enumerate(zip(rows, cols)):
@@ -72,15 +63,10 @@ def fold_leaf(g, i):
     D = jrep.shape[0]
     if D < nj.K:
         # per destination layout class, then a lazy factor on j
-        def make_terms(lo, hi):
-            d = np.arange(lo, hi)
-            ecol = ecell_i[None, :] + (jmap[jrep[d]] * sj)[:, None]
-            return _terms(hi - lo, U, [c[None, :] for c in ucols] + [ecol])
-
         def make_outer(lo, hi):
             return _sums(hi - lo, U, [None] * len(ucols) + [jmap[jrep[lo:hi]] * sj], list(ucols) + [ecell_i])
 
-        H = g.ctx.combine_gen(utabs + [e.table], D, U, make_terms, make_outer=make_outer)
+        H = g.ctx.combine_gen(utabs + [e.table], D, U, make_outer=make_outer)
         nj.factors.append((H, jinv.astype(np.int64)))
         if len(nj.factors) > 2:
             g.materialize(nj)
@@ -88,16 +74,11 @@ def fold_leaf(g, i):
         jtabs = nj.tables()
         jcells = nj.cells(np.arange(nj.K))
 
-        def make_terms(lo, hi):
-            p = np.arange(lo, hi)
-            ecol = ecell_i[None, :] + (jmap[p] * sj)[:, None]
-            return _terms(hi - lo, U, [c[None, :] for c in ucols] + [ecol] + [c[lo:hi, None] for c in jcells])
-
         def make_outer(lo, hi):
             rows = [None] * len(ucols) + [jmap[lo:hi] * sj] + [c[lo:hi] for c in jcells]
             return _sums(hi - lo, U, rows, list(ucols) + [ecell_i] + [None] * len(jcells))
 
-        T = g.ctx.combine_gen(utabs + [e.table] + jtabs, nj.K, U, make_terms, make_outer=make_outer)
+        T = g.ctx.combine_gen(utabs + [e.table] + jtabs, nj.K, U, make_outer=make_outer)
         g.release_node(nj)
         nj.factors = [(T, np.arange(nj.K))]
     for t in utabs:
@@ -125,12 +106,6 @@ def eliminate_node(g, i):
     base_h = hmap[hrep] * sh  # (A,) cell offsets of the h-side layout classes
     base_j = jmap[jrep] * sj  # (D,)
 
-    def make_terms(lo, hi):
-        c = np.arange(lo, hi)
-        col_h = base_h[c // D][:, None] + eh_i[None, :]
-        col_j = base_j[c % D][:, None] + ej_i[None, :]
-        return _terms(hi - lo, U, [col_h] + [u[None, :] for u in ucols] + [col_j])
-
     def make_outer(lo, hi):
         c = np.arange(lo, hi)
         return _sums(hi - lo, U, [base_h[c // D]] + [None] * len(ucols) + [base_j[c % D]], [eh_i] + list(ucols) + [ej_i])
@@ -138,7 +113,7 @@ def eliminate_node(g, i):
     # the terms follow from these arrays alone: a repeated layer finds its batches in the memo
     # without building (or hashing) them
     key = _digest(np.array([D, U, len(ucols)]), base_h, eh_i, base_j, ej_i, *ucols)
-    T = g.ctx.combine_gen([eh.table] + utabs + [ej.table], A * D, U, make_terms, terms_key=key, make_outer=make_outer)
+    T = g.ctx.combine_gen([eh.table] + utabs + [ej.table], A * D, U, terms_key=key, make_outer=make_outer)
     for t in utabs:
         t.release()
     g.release_node(ni)

@@ -27,8 +27,7 @@ from collections import OrderedDict
 import numpy as np
 
 from ..errors import MemoryLimitError
-from . import _kernels
-from .kernels import MAX_SLOTS, _chunk_bounds, _executor, reduce_ragged, resolve_threads
+from .kernels import MAX_SLOTS, reduce_ragged, resolve_threads, run_kernel
 
 __all__ = ["FTable", "Context", "ExactBudgetSpent"]
 
@@ -144,7 +143,6 @@ class Context:
         self.epsilon = float(epsilon)
         self.switch = switch
         self.threads = resolve_threads(threads)
-        self.executor = _executor(self.threads)
         self.tables: list[FTable] = []
         self.stats = {"combines": 0, "terms": 0, "points": 0, "memo_hits": 0}
         # memo of combine results by content: model graphs repeat identical layers, whose
@@ -301,13 +299,8 @@ class Context:
             hit = self._memo_hit(key, parents, depth)
             if hit is not None:
                 return hit
-        offs = [p.offsets for p in parents]
-        mems = [p.mem for p in parents]
-        tims = [p.time for p in parents]
-        work = max(p.n_points / max(p.n_cells, 1) for p in parents)
-        bounds = _chunk_bounds(term_off, n_out, self.threads, work)
-        off, m, t, prov = _kernels.combine_kernel(offs, mems, tims, term_off, term_cells, eps, bounds, self.executor,
-                                                  outer=outer)
+        off, m, t, prov = run_kernel([p.offsets for p in parents], [p.mem for p in parents],
+                                     [p.time for p in parents], term_off, term_cells, eps, self.threads, outer=outer)
         self.stats["combines"] += 1
         self.stats["terms"] += int(term_off[-1])
         self.stats["points"] += int(off[-1])
@@ -333,16 +326,17 @@ class Context:
         _, old = self._memo.popitem(last=False)
         self._memo_bytes -= sum(a.nbytes for a in old)
 
-    def combine_gen(self, parents, n_out, terms_per_cell, make_terms, thin=None, terms_key=None, make_outer=None):
+    def combine_gen(self, parents, n_out, terms_per_cell, make_terms=None, thin=None, terms_key=None,
+                    make_outer=None):
         """Like :meth:`combine` for regular term lists built in batches of output cells.
 
         ``make_terms(lo, hi)`` returns the ``((hi-lo)*terms_per_cell, S)`` term cells of
         output cells ``lo..hi-1`` (``terms_per_cell`` terms each), so huge term lists are
         never materialised at once; the batches are glued by a concatenation table.
 
-        ``make_outer(lo, hi)``: the same terms as sums ``(row (S, hi-lo), col (S,
-        terms_per_cell))``, handed to the kernel as they are (nothing written out), except
-        where a product must be staged (more than two multi-point parents).
+        ``make_outer(lo, hi)`` (instead of ``make_terms``): the terms as sums ``(row (S,
+        hi-lo), col (S, terms_per_cell))``, handed to the kernel as they are (nothing written
+        out), except where a product must be staged (more than two multi-point parents).
 
         ``terms_key``: bytes that determine every term ``make_terms`` can return (a digest of
         the small arrays it reads). The memo is then keyed on it, so a repeated batch is
@@ -350,6 +344,9 @@ class Context:
         """
         if thin is None:
             thin = terms_per_cell > 1
+        if make_terms is None:
+            def make_terms(lo, hi):
+                return _written_out(*make_outer(lo, hi))
         batch = max(1, _MAX_TERMS_PER_BATCH // max(terms_per_cell, 1))
         if n_out <= batch:
             return self._combine_batch(parents, 0, n_out, terms_per_cell, make_terms, thin, terms_key, make_outer)
@@ -375,8 +372,6 @@ class Context:
         """Output cells ``lo..hi-1`` of :meth:`combine_gen`."""
         term_off = np.arange(hi - lo + 1, dtype=np.int64) * terms_per_cell
         staged = sum(p.max_cell > 1 for p in parents) > 2
-        if staged or make_outer is None:
-            make_outer = None
         key = None
         # a staged combine memoises its own steps instead
         if terms_key is not None and int(term_off[-1]) >= _MEMO_MIN_TERMS and not staged:
@@ -386,12 +381,17 @@ class Context:
             if hit is not None:
                 self.stats["memo_terms_skipped"] = self.stats.get("memo_terms_skipped", 0) + 1
                 return hit
-        if make_outer is not None:
+        if make_outer is not None and not staged:
             return self._combine_raw(parents, term_off, None, thin, key=key, outer=make_outer(lo, hi))
         if key is None:
             return self.combine(parents, term_off, make_terms(lo, hi), thin=thin)
         cells = np.ascontiguousarray(make_terms(lo, hi), dtype=np.int64).reshape(-1, len(parents))
         return self._combine_raw(parents, term_off, cells, thin, key=key)
+
+
+def _written_out(row, col):
+    """The term cells ``(n * U, S)`` of the sums ``row (S, n) + col (S, U)``, term ``c * U + u``."""
+    return (row.T[:, None, :] + col.T[None, :, :]).reshape(-1, row.shape[0])
 
 
 def _depth(parents, eps):

@@ -262,22 +262,20 @@ class CostGraph:
                 smap, dmap = le.src_layout, le.dst_layout
                 stored = le
             else:
-                if id(cost) in shared:
-                    arr, nbad = shared[id(cost)]
-                else:
-                    try:
-                        arr = np.asarray(cost, dtype=np.float64)
-                    except (TypeError, ValueError) as exc:
-                        raise CostGraphError(f"edge {e} ({u}->{v}): cost is not a float array or LayoutEdge: {exc}") from None
+                known = shared.get(id(cost))
+                try:
+                    arr = np.asarray(cost, dtype=np.float64) if known is None else known[0]
+                except (TypeError, ValueError) as exc:
+                    raise CostGraphError(f"edge {e} ({u}->{v}): cost is not a float array or LayoutEdge: {exc}") from None
                 if arr.ndim not in (3, 4) or arr.shape[:2] != (Ku, Kv) or arr.shape[-1] != 2 or 0 in arr.shape:
                     raise CostGraphError(
                         f"edge {e} ({u}->{v}): cost must have shape ({Ku}, {Kv}, 2) or ({Ku}, {Kv}, R, 2), got {arr.shape}"
                     )
-                if id(cost) not in shared:
+                if known is None:
                     _check_costs(arr, f"edge {e} ({u}->{v})")
                     arr, nbad = _forbid(arr)
-                    arr = _readonly(arr)
-                    shared[id(cost)] = (arr, nbad)
+                    known = shared[id(cost)] = (_readonly(arr), nbad)
+                arr, nbad = known
                 n_forbidden += nbad
                 tab = arr if arr.ndim == 4 else arr[:, :, None, :]
                 smap = np.arange(Ku, dtype=np.int64)
