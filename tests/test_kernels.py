@@ -72,12 +72,12 @@ def test_staircase_gives_way_to_the_heap_midway(seed, integer, limit):
 
 
 def test_long_frontiers_take_the_heap_and_agree():
-    # a product of two 40-point frontiers whose 1600 sums are all Pareto-optimal (more than
+    # a product of two 70-point frontiers whose 4900 sums are all Pareto-optimal (more than
     # STAIR_LIMIT: "auto" turns to the heap), again from an equal cell (exact ties that only
     # provenance tells apart), and a shifted copy
-    i = np.arange(40.0)
-    coarse = (np.array([0, 40]), i * 100, (40 - i) * 100)
-    fine = (np.array([0, 40, 80, 120]), np.concatenate([i, i + 0.5, i]), np.concatenate([40 - i, 40.5 - i, 40 - i]))
+    i = np.arange(70.0)
+    coarse = (np.array([0, 70]), i * 100, (70 - i) * 100)
+    fine = (np.array([0, 70, 140, 210]), np.concatenate([i, i + 0.5, i]), np.concatenate([70 - i, 70.5 - i, 70 - i]))
     term_off = np.array([0, 3])
     cells = np.array([[0, 2], [0, 0], [0, 1]])
     exp = combine_reference([coarse, fine], term_off, cells)

@@ -8,8 +8,9 @@ line 6 of Alg. 3).  Every parent cell must already be a frontier (memory ascendi
 time strictly descending), so a product of cells is a union of *shifted* copies of the
 largest cell (copies whose shift is dominated by another copy's shift are dropped
 up front). The reduced union merges these lists one by one into the cell's frontier
-(skipping a list whose ideal corner the frontier dominates), which is linear in the
-frontier's size per list and the fastest while it stays short (``STAIR_LIMIT`` points);
+(skipping a list whose ideal corner the frontier dominates, and galloping over the runs
+of a list that one frontier point dominates), which is linear in the frontier's size per
+list that adds points and the fastest while it stays short (``STAIR_LIMIT`` points);
 past that, a k-way heap merge that drops a list as soon as its smallest time cannot
 beat the best time found so far and gallops over dominated points. Both visit points in
 (memory, time, list) order and keep a point when its time beats every earlier one, so
@@ -38,7 +39,7 @@ cdef enum:
     MAXS = 6
 
 MAX_SLOTS = MAXS
-STAIR_LIMIT = 1024
+STAIR_LIMIT = 4096
 
 
 cdef struct Src:
@@ -184,6 +185,48 @@ cdef inline bint _before(SP* p, double m, double t, i64 li) noexcept nogil:
     return p.m < m or (p.m == m and (p.t < t or (p.t == t and p.li < li)))
 
 
+cdef inline i64 _gallop_staircase(SP* a, i64 i, i64 n, double m, double t, i64 li) noexcept nogil:
+    """First index from ``i`` (whose point comes before (m, t, li)) whose point does not."""
+    cdef i64 lo = i, step = 1, hi = i + 1, mid
+    while hi < n and _before(&a[hi], m, t, li):
+        lo = hi
+        step *= 2
+        hi = lo + step
+    if hi > n:
+        hi = n
+    lo += 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _before(&a[mid], m, t, li):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+cdef inline i64 _gallop_list(const double* bt, double st, i64 j, i64 end, double best) noexcept nogil:
+    """First index in ``j .. end`` of a list (times decreasing, shifted by ``st``) whose
+    time is below ``best`` (``end`` if none)."""
+    cdef i64 lo = j, step = 1, hi, mid
+    if lo >= end or bt[lo] + st < best:
+        return lo
+    hi = lo + 1
+    while hi < end and bt[hi] + st >= best:
+        lo = hi
+        step *= 2
+        hi = lo + step
+    if hi > end:
+        hi = end
+    lo += 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if bt[mid] + st < best:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
 cdef i64 _merge_into(Src* src, Buf* B, i64 n, i64 li, i64 limit, i64* work) noexcept nogil:
     """Frontier of staircase ``B.sa[:n]`` (from lists before ``li``) and list ``li`` into
     ``B.sb``; returns its length, -1 past ``limit`` points, -2 out of memory; adds the points
@@ -225,23 +268,24 @@ cdef i64 _merge_into(Src* src, Buf* B, i64 n, i64 li, i64 limit, i64* work) noex
         else:
             hi = mid
     i = lo
-    best = a[i - 1].t if i > 0 else INFINITY
-    work[0] += 1 - i
+    work[0] += 1
     # find the list's first point that beats every earlier one, without writing anything:
     # up to it, the staircase's points all stay (each beats the ones before it), and a list
-    # without such a point leaves the staircase as it is
-    while j < L.end:
+    # without such a point leaves the staircase as it is. Galloping both ways: a list point
+    # that the staircase point before it dominates (time ``best``) is followed by a run of
+    # points that point dominates too (more memory, time still >= best), skipped at once.
+    while True:
         lm = bm[j] + L.sm
         lt = bt[j] + L.st
-        while i < n and _before(&a[i], lm, lt, li):
-            best = a[i].t
-            i += 1
+        if i < n and _before(&a[i], lm, lt, li):
+            i = _gallop_staircase(a, i, n, lm, lt, li)
+        best = a[i - 1].t if i > 0 else INFINITY
         if lt < best:
             break
-        j += 1
-    work[0] += i + j - L.pos
-    if j == L.end:
-        return n
+        j = _gallop_list(bt, L.st, j + 1, L.end, best)
+        work[0] += 2
+        if j == L.end:
+            return n
     work[0] += n + L.end - j
     if _grow_stairs(B, n + L.end - j) != 0:
         return -2

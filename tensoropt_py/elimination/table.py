@@ -335,18 +335,17 @@ class Context:
         never materialised at once; the batches are glued by a concatenation table.
 
         ``make_outer(lo, hi)`` (instead of ``make_terms``): the terms as sums ``(row (S,
-        hi-lo), col (S, terms_per_cell))``, handed to the kernel as they are (nothing written
-        out), except where a product must be staged (more than two multi-point parents).
+        hi-lo), col (S, terms_per_cell))``, handed to the kernel as they are: nothing is
+        written out, not even where a product must be staged (:meth:`_combine_outer`).
 
-        ``terms_key``: bytes that determine every term ``make_terms`` can return (a digest of
-        the small arrays it reads). The memo is then keyed on it, so a repeated batch is
-        found without building or hashing its terms; the caller vouches for the key.
+        ``terms_key``: bytes that determine every term the batches can hold (a digest of
+        the small arrays they are built from). The memo is then keyed on it, so a repeated
+        batch is found without building (or hashing) its terms; the caller vouches for the key.
         """
+        if (make_terms is None) == (make_outer is None):
+            raise TypeError("combine_gen takes one of make_terms and make_outer")
         if thin is None:
             thin = terms_per_cell > 1
-        if make_terms is None:
-            def make_terms(lo, hi):
-                return _written_out(*make_outer(lo, hi))
         batch = max(1, _MAX_TERMS_PER_BATCH // max(terms_per_cell, 1))
         if n_out <= batch:
             return self._combine_batch(parents, 0, n_out, terms_per_cell, make_terms, thin, terms_key, make_outer)
@@ -381,12 +380,42 @@ class Context:
             if hit is not None:
                 self.stats["memo_terms_skipped"] = self.stats.get("memo_terms_skipped", 0) + 1
                 return hit
-        if make_outer is not None and not staged:
-            return self._combine_raw(parents, term_off, None, thin, key=key, outer=make_outer(lo, hi))
+        if make_outer is not None:
+            row, col = make_outer(lo, hi)
+            if staged:
+                return self._combine_outer(parents, term_off, row, col, thin)
+            return self._combine_raw(parents, term_off, None, thin, key=key, outer=(row, col))
         if key is None:
             return self.combine(parents, term_off, make_terms(lo, hi), thin=thin)
         cells = np.ascontiguousarray(make_terms(lo, hi), dtype=np.int64).reshape(-1, len(parents))
         return self._combine_raw(parents, term_off, cells, thin, key=key)
+
+    def _combine_outer(self, parents, term_off, row, col, thin):
+        """:meth:`combine` of terms given as sums ``row (S, n) + col (S, U)``, staged as
+        :meth:`_stage` would (when direct enumeration is too dear, the product of all multi-point
+        slots but the last is reduced first), without writing the ``n * U`` terms out: the
+        staged cells are those of the distinct rows of the first slots, times the U columns."""
+        multi = [s for s, p in enumerate(parents) if p.max_cell > 1]
+        n, U = row.shape[1], col.shape[1]
+        prod = np.ones((n, U))
+        largest = np.ones((n, U))
+        for s in multi:
+            size = np.diff(parents[s].offsets).astype(np.float64)[row[s][:, None] + col[s][None, :]]
+            prod *= size
+            np.maximum(largest, size, out=largest)
+        if float((prod / largest).sum()) <= _STAGE_FACTOR * n * U:
+            return self._combine_raw(parents, term_off, None, thin, outer=(row, col))
+        first = multi[:-1]
+        rows = row[first].T
+        low = rows.min(axis=0)
+        uniq, inv = _unique_rows(rows - low, [int(r) + 1 for r in rows.max(axis=0) - low])
+        staged = self.combine([parents[s] for s in first], np.arange(uniq.shape[0] * U + 1),
+                              _written_out((uniq + low).T, col[first]), thin=False)
+        rest = [s for s in range(len(parents)) if s not in first]
+        new_row = np.concatenate([(inv * U)[None, :], row[rest]])
+        new_col = np.concatenate([np.arange(U, dtype=np.int64)[None, :], col[rest]])
+        self.stats["staged"] = self.stats.get("staged", 0) + 1
+        return self._combine_raw([staged] + [parents[s] for s in rest], term_off, None, thin, outer=(new_row, new_col))
 
 
 def _written_out(row, col):
