@@ -5,7 +5,7 @@ import pytest
 
 import tensoropt_py as to
 from tensoropt_py.cost.builder import build_cost_graph
-from tensoropt_py.engine import CostGraph, brute_force_frontier, evaluate, min_sum, track
+from tensoropt_py.engine import CostGraph, LayoutEdge, brute_force_frontier, evaluate, min_sum, track
 from tensoropt_py.engine.random_graphs import random_chain, random_cyclic_graph, random_layered_dag, random_small_dag
 from tensoropt_py.errors import InfeasibleError, InvalidInputError
 from tensoropt_py.graph import zoo
@@ -94,6 +94,36 @@ def test_default_track_contains_both_ends(seed):
     assert off.time.min() >= fast.time * (1 - 1e-12)
     with pytest.raises(InvalidInputError, match="anchors must be"):
         track(cg, anchors="yes")
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_ends_solved_on_screened_configs_equal_the_whole_graph_optima(seed):
+    # the anchors of track are solved on the configs the relaxation bounds leave possible,
+    # given achievable points; from any such points (here random strategies, mostly far from
+    # the frontier) they must be the optima of the whole graph, ties of least memory included
+    import importlib
+
+    track_mod = importlib.import_module("tensoropt_py.engine.track")
+    cg = random_cyclic_graph(seed=seed, forbidden_prob=0.05) if seed % 2 else random_layered_dag(
+        3, 2, 3, layouts=2, options=2, skip_prob=0.5, seed=seed, integer_costs=bool(seed % 4 == 2))
+    bf = brute_force_frontier(cg)
+    if len(bf) == 0:
+        return
+    # memory in much larger units than time, as bytes and seconds are
+    cg = CostGraph([c * [1e6, 1.0] for c in cg.node_costs],
+                   [(u, v, LayoutEdge(sm, dm, tab * [1e6, 1.0])) for u, v, sm, dm, tab in cg._norm])
+    bf = brute_force_frontier(cg)
+    rng = np.random.default_rng(seed)
+    ch = np.stack([rng.integers(0, k, size=40) for k in cg.n_configs], axis=1)
+    ech = np.zeros((40, cg.n_edges), dtype=np.int64)
+    mem, tim = evaluate(cg, ch, ech)
+    ok = np.isfinite(mem) & np.isfinite(tim)
+    # from random strategies (loose bounds) and from the exact frontier (the tightest screening)
+    for mem, tim in ((np.append(mem[ok], bf.memory[-1]), np.append(tim[ok], bf.time[-1])), (bf.memory, bf.time)):
+        am, at, ach, aech = track_mod._end_optima(cg, mem, tim, 1 << 30)
+        np.testing.assert_array_equal(np.stack(evaluate(cg, ach, aech)), np.stack([am, at]))
+        assert at[0] == pytest.approx(bf.time.min(), rel=1e-12)
+        assert (am[1], at[1]) == (pytest.approx(bf.memory[0], rel=1e-12), pytest.approx(bf.time[0], rel=1e-12))
 
 
 @pytest.mark.parametrize("seed", range(20))

@@ -5,7 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
-from tensoropt_py.engine import CostGraph, brute_force_frontier, evaluate, min_sum, track
+from tensoropt_py.engine import CostGraph, LayoutEdge, brute_force_frontier, evaluate, min_sum, track
 from tensoropt_py.engine.random_graphs import random_chain, random_cyclic_graph, random_small_dag
 from tensoropt_py.engine.screen import (improving_moves, lam_grid, relaxation_bounds, restrict, screen_out,
                                         top_configs)
@@ -171,3 +171,29 @@ def test_bounds_and_candidates_respect_a_memory_limit():
         relaxation_bounds(cg, [0.0, 1.0], max_bytes=64)
     with pytest.raises(MemoryLimitError):
         track(cg, candidates=2, max_memory=64, on_memory_limit="raise")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_rows_of_shared_tables_are_cached_and_change_nothing(seed, monkeypatch):
+    # repeated layers share edge tables, whose weighted rows are computed once; a cache that
+    # holds a single edge's rows must give the same bounds
+    from tensoropt_py.engine import screen
+
+    rng = np.random.default_rng(seed)
+    # three edge costs, each given for several edges, as the cost builder shares the tables of
+    # repeated layers; chords close cycles (relaxed edges)
+    kinds = [LayoutEdge(rng.permutation(3)[:2], rng.permutation(3)[:2], rng.uniform(0, 5, size=(3, 3, 2, 2)))
+             for _ in range(3)]
+    pairs = [(i, i + 1) for i in range(9)] + [(i, i + 3) for i in range(0, 7, 2)]
+    cg = CostGraph([rng.uniform(1, 10, size=(2, 2)) for _ in range(10)],
+                   [(u, v, kinds[int(k)]) for (u, v), k in zip(pairs, rng.integers(0, 3, size=len(pairs)))])
+    lams = [0.0, 1e-3, 1.0]
+    shared_rows = relaxation_bounds(cg, lams)
+    monkeypatch.setattr(screen, "_ROW_CACHE_BYTES", 0)
+    one_edge_cached = relaxation_bounds(cg, lams)
+    # without the cache: every edge's rows computed for it
+    monkeypatch.setattr(screen._RowCache, "rows", lambda self, tab, ua, ub: list(screen._edge_rows(tab, ua, ub, self.lams)))
+    expect = relaxation_bounds(cg, lams)
+    for rb in (shared_rows, one_edge_cached):
+        for a, b in zip(rb.bounds, expect.bounds):
+            np.testing.assert_array_equal(a, b)

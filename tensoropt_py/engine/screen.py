@@ -113,6 +113,33 @@ def _edge_rows(tab, ua, ub, lams):
         yield _weigh(sub[..., 0], sub[..., 1], lams[row:row + 1] if row < lams.size else lams[:0])[0].min(axis=2)
 
 
+class _RowCache:
+    """:func:`_edge_rows` of the edges that share a cost table and its classes in use (model
+    layers repeat: the cost builder shares their tables), computed once while they fit in
+    ``max_bytes`` (least recently used rows are dropped first)."""
+
+    def __init__(self, lams, max_bytes):
+        self.lams = lams
+        self.max_bytes = max_bytes
+        self._rows = {}
+        self._bytes = 0
+
+    def rows(self, tab, ua, ub):
+        key = (id(tab), ua.tobytes(), ub.tobytes())
+        hit = self._rows.pop(key, None)
+        if hit is None:
+            hit = list(_edge_rows(tab, ua, ub, self.lams))
+            self._bytes += sum(w.nbytes for w in hit)
+        self._rows[key] = hit  # most recent last
+        while self._bytes > self.max_bytes and len(self._rows) > 1:
+            old = self._rows.pop(next(iter(self._rows)))
+            self._bytes -= sum(w.nbytes for w in old)
+        return hit
+
+
+_ROW_CACHE_BYTES = 1 << 28  # rows kept for edges that share a table (at most a quarter of max_bytes)
+
+
 def relaxation_bounds(cg, lams, max_bytes=None):
     """Lower bounds of every strategy's weighted cost with one node's config fixed.
 
@@ -144,9 +171,9 @@ def relaxation_bounds(cg, lams, max_bytes=None):
         raise InvalidInputError(f"lams must be finite weights >= 0 starting with 0, got {lams.tolist()}")
     n = cg.n_nodes
     unary = [_weigh(c[:, 0], c[:, 1], lams) for c in cg.node_costs]
+    cache = _RowCache(lams, _ROW_CACHE_BYTES if max_bytes is None else min(_ROW_CACHE_BYTES, max_bytes // 4))
     classes = []  # per edge: the classes in use at each end and every config's index among them
     coupling = np.zeros(cg.n_edges)
-    mid = lams[lams.size // 2:lams.size // 2 + 1]
     for e, (u, v, smap, dmap, tab) in enumerate(cg._norm):
         ua, sm = np.unique(smap, return_inverse=True)
         ub, dm = np.unique(dmap, return_inverse=True)
@@ -157,7 +184,7 @@ def relaxation_bounds(cg, lams, max_bytes=None):
                 f"needs {need / 2**20:.1f} MiB, more than max_bytes = {max_bytes / 2**20:.1f} MiB",
                 used_bytes=int(need), limit_bytes=int(max_bytes))
         classes.append((ua, ub, sm.reshape(-1), dm.reshape(-1)))
-        x = next(_edge_rows(tab, ua, ub, mid))
+        x = cache.rows(tab, ua, ub)[lams.size // 2]
         fin = np.isfinite(x)
         if fin.any():
             x = np.where(fin, x, 2.0 * float(np.abs(x[fin]).max()) + 1.0)
@@ -187,13 +214,13 @@ def relaxation_bounds(cg, lams, max_bytes=None):
             adj[v].append((u, e))
         else:  # relaxed: its least cost for each config of u, whatever v does
             ua, ub, sm, dm = classes[e]
-            rows = np.stack([w.min(axis=1) for w in _edge_rows(cg._norm[e][4], ua, ub, lams)])
+            rows = np.stack([w.min(axis=1) for w in cache.rows(cg._norm[e][4], ua, ub)])
             unary[u] = unary[u] + rows[:, sm]
 
     def message(e, src, h):
         """Min over ``src``'s configs of ``h`` plus edge ``e``, for each config of the other end."""
         ua, ub, sm, dm = classes[e]
-        rows = _edge_rows(cg._norm[e][4], ua, ub, lams)
+        rows = cache.rows(cg._norm[e][4], ua, ub)
         if cg._norm[e][0] == src:
             hc = _class_min(h, sm, ua.size)
             return np.stack([(w + hc[r][:, None]).min(axis=0) for r, w in enumerate(rows)])[:, dm]

@@ -312,13 +312,46 @@ def _optima(cg, lams, max_bytes):
     return [min_sum(cg, lam, max_entries=entries) for lam in lams]
 
 
+_SCREEN_TOL = 1e-9  # relaxation bounds and evaluated costs are summed in different orders
+
+
+def _end_optima(cg, mem, tim, max_bytes):
+    """The fastest (``lam = 0``) and the smallest (``lam = inf``) strategies of ``cg``
+    (:func:`min_sum`), given achievable points ``(mem, tim)``: each is solved on the configs
+    whose relaxation bound (:func:`~.screen.relaxation_bounds`) allows a strategy at least as
+    fast as the fastest point (or as small as the smallest); a config outside is in no such
+    strategy, so no optimum (and no tie of one) is lost, and the graph solved is far smaller.
+    Returns ``(memory, time, choices, edge_choices)`` arrays, one row per optimum."""
+    from .scalar import MAX_FACTOR_ENTRIES, min_sum
+    from .screen import relaxation_bounds, restrict
+
+    entries = max(1, min(MAX_FACTOR_ENTRIES, max_bytes // 64))
+    try:
+        rb = relaxation_bounds(cg, [0.0], max_bytes=max_bytes) if mem.size else None
+    except MemoryLimitError:
+        rb = None
+    rows = []
+    for lam, row, limit in ((0.0, 0, tim.min() if tim.size else 0.0), (np.inf, -1, mem.min() if mem.size else 0.0)):
+        if rb is None:
+            opt = min_sum(cg, lam, max_entries=entries)
+            rows.append((opt.choices, opt.edge_choices))
+            continue
+        keep = [np.flatnonzero(b[row] <= limit * (1 + _SCREEN_TOL)) for b in rb.bounds]
+        opt = min_sum(restrict(cg, keep), lam, max_entries=entries)
+        rows.append((np.array([k[c] for k, c in zip(keep, opt.choices)], dtype=np.int64), opt.edge_choices))
+    ch = np.stack([r[0] for r in rows])
+    ech = np.stack([r[1] for r in rows]).reshape(len(rows), cg.n_edges)
+    am, at = evaluate(cg, ch, ech)
+    return am, at, ch, ech
+
+
 def _add_anchors(cg, mem, tim, ch, ech, stats, strict, max_bytes):
     """Union the fastest and the smallest strategy (exact, :func:`min_sum`) into a frontier."""
     from ..errors import InfeasibleError as _Infeasible
 
     t0 = _time.perf_counter()
     try:
-        opts = _optima(cg, (0.0, np.inf), max_bytes)
+        am, at, ach, aech = _end_optima(cg, mem, tim, max_bytes)
     except _Infeasible:
         stats["anchors"] = "infeasible"
         return mem, tim, ch, ech
@@ -327,10 +360,6 @@ def _add_anchors(cg, mem, tim, ch, ech, stats, strict, max_bytes):
             raise
         stats["anchors"] = f"skipped: {exc}"
         return mem, tim, ch, ech
-    am = np.array([o.memory for o in opts])
-    at = np.array([o.time for o in opts])
-    ach = np.stack([o.choices for o in opts])
-    aech = np.stack([o.edge_choices for o in opts]).reshape(len(opts), cg.n_edges)
     n0 = mem.size
     mem, tim, ch, ech, keep = _union(mem, tim, ch, ech, am, at, ach, aech)
     stats["anchors"] = int((keep >= n0).sum())  # anchor points that were missing
