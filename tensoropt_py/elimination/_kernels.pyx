@@ -227,6 +227,29 @@ cdef inline i64 _gallop_list(const double* bt, double st, i64 j, i64 end, double
     return lo
 
 
+cdef inline i64 _gallop_staircase_time(SP* a, i64 i, i64 n, double best) noexcept nogil:
+    """First index in ``i .. n`` of the staircase (times decreasing) whose time is below
+    ``best`` (``n`` if none)."""
+    cdef i64 lo = i, step = 1, hi, mid
+    if lo >= n or a[lo].t < best:
+        return lo
+    hi = lo + 1
+    while hi < n and a[hi].t >= best:
+        lo = hi
+        step *= 2
+        hi = lo + step
+    if hi > n:
+        hi = n
+    lo += 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if a[mid].t < best:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
 cdef i64 _merge_into(Src* src, Buf* B, i64 n, i64 li, i64 limit, i64* work) noexcept nogil:
     """Frontier of staircase ``B.sa[:n]`` (from lists before ``li``) and list ``li`` into
     ``B.sb``; returns its length, -1 past ``limit`` points, -2 out of memory; adds the points
@@ -240,7 +263,7 @@ cdef i64 _merge_into(Src* src, Buf* B, i64 n, i64 li, i64 limit, i64* work) noex
     cdef const double* bt = src.tim[L.base]
     cdef SP* a = B.sa
     cdef SP* b
-    cdef i64 i, j = L.pos, k, lo, hi, mid
+    cdef i64 i, j = L.pos, k, lo, hi, mid, e
     cdef double best, lm, lt
     # the whole list is dominated when its ideal corner (least memory, least time) is
     if n > 0:
@@ -293,34 +316,38 @@ cdef i64 _merge_into(Src* src, Buf* B, i64 n, i64 li, i64 limit, i64* work) noex
     b = B.sb
     memcpy(b, a, i * sizeof(SP))
     k = i
+    # merge, by runs: staircase points before the next list point are all kept once the
+    # first is (their times fall), and dominated runs of either side are galloped over
     while i < n and j < L.end:
         lm = bm[j] + L.sm
         lt = bt[j] + L.st
         if _before(&a[i], lm, lt, li):
             if a[i].t < best:
-                b[k] = a[i]
-                best = a[i].t
-                k += 1
-            i += 1
-        else:
-            if lt < best:
-                if k > 0 and b[k - 1].m == lm:
-                    k -= 1  # shifted points whose memory rounds to one value: the faster replaces it
-                b[k].m = lm
-                b[k].t = lt
-                b[k].li = li
-                b[k].pos = j
-                best = lt
-                k += 1
+                e = _gallop_staircase(a, i, n, lm, lt, li)
+                memcpy(&b[k], &a[i], (e - i) * sizeof(SP))
+                k += e - i
+                best = a[e - 1].t
+                i = e
+            else:
+                i = _gallop_staircase_time(a, i + 1, n, best)
+        elif lt < best:
+            if k > 0 and b[k - 1].m == lm:
+                k -= 1  # shifted points whose memory rounds to one value: the faster replaces it
+            b[k].m = lm
+            b[k].t = lt
+            b[k].li = li
+            b[k].pos = j
+            best = lt
+            k += 1
             j += 1
+        else:
+            j = _gallop_list(bt, L.st, j + 1, L.end, best)
     # one side is left, a frontier itself: drop its points up to the first that beats best
-    while i < n and a[i].t >= best:
-        i += 1
+    i = _gallop_staircase_time(a, i, n, best)
     if i < n:
         memcpy(&b[k], &a[i], (n - i) * sizeof(SP))
         k += n - i
-    while j < L.end and bt[j] + L.st >= best:
-        j += 1
+    j = _gallop_list(bt, L.st, j, L.end, best)
     while j < L.end:
         lm = bm[j] + L.sm
         if k > 0 and b[k - 1].m == lm:
@@ -338,26 +365,47 @@ cdef i64 _merge_into(Src* src, Buf* B, i64 n, i64 li, i64 limit, i64* work) noex
     return k
 
 
-cdef int _staircase_merge(Src* src, Buf* B, i64 nl, i64 limit, bint bounded) noexcept nogil:
-    """Reduce lists ``0..nl-1`` by merging them one by one into a growing staircase (cheap
-    while the staircase stays short; a heap merge pays log(nl) per point instead). Appends
-    the frontier to the output and returns 0; 1 when it would pass ``limit`` points or, if
-    ``bounded``, visit more points than twice the heap's comparisons (nothing appended: use
-    the heap merge); -1 out of memory."""
-    cdef i64 n = 0, li, w, p, work = 0, budget = 0, depth = 1
+cdef inline bint _dominated(SP* a, i64 n, double m, double t) noexcept nogil:
+    """Whether a point of staircase ``a[:n]`` has memory <= m and time <= t (binary search:
+    the last point of memory <= m has the least time among them)."""
+    cdef i64 lo = 0, hi = n, mid
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if a[mid].m <= m:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo > 0 and a[lo - 1].t <= t
+
+
+cdef int _stair_add(Src* src, Buf* B, i64 l0, i64 l1, i64* st, i64 limit, bint bounded) noexcept nogil:
+    """Merge lists ``l0..l1-1`` one by one into the cell's staircase (cheap while it stays
+    short; a heap merge pays log(lists) per point instead). ``st``: the staircase's state
+    ``(points, work, points of the lists so far)``. Returns 0; 1 when it would pass ``limit``
+    points or, if ``bounded``, visit more points than twice the heap's comparisons (the cell
+    then goes to the heap merge); -1 out of memory."""
+    cdef i64 li, n, depth = 1
+    for li in range(l0, l1):
+        st[2] += B.lists[li].end - B.lists[li].pos
+    while (1 << depth) < l1:
+        depth += 1
+    for li in range(l0, l1):
+        n = _merge_into(src, B, st[0], li, limit, &st[1])
+        if n == -2:
+            return -1
+        if n == -1:
+            return 1
+        st[0] = n
+        if bounded and st[1] > 2 * st[2] * depth + l1:
+            return 1
+    return 0
+
+
+cdef int _stair_output(Src* src, Buf* B, i64 n) noexcept nogil:
+    """Append staircase ``B.sa[:n]`` to the output, with provenance; -1 out of memory."""
+    cdef i64 p, w
     cdef int s, S = src.S
     cdef Lst* L
-    for li in range(nl):
-        budget += B.lists[li].end - B.lists[li].pos
-    while (1 << depth) < nl:
-        depth += 1
-    budget = 2 * budget * depth + nl
-    for li in range(nl):
-        n = _merge_into(src, B, n, li, limit, &work)
-        if n == -1 or (bounded and work > budget):
-            return 1
-        if n < 0:
-            return -1
     if _grow_out(B, B.n + n, S) != 0:
         return -1
     for p in range(n):
@@ -464,10 +512,15 @@ cdef int _process(Src* src, i64 c0, i64 c1, Buf* B, i64* counts, i64 stair_limit
     cdef const i64* cells
     cdef Lst* l
     cdef double sm, st, m, tt, best, lim
-    cdef bint ok, done
+    cdef bint ok, done, stair
+    cdef i64 stair_state[3]
     cdef const double* btim
     for c in range(c0, c1):
         nl = 0
+        stair = stair_limit != 0
+        stair_state[0] = 0
+        stair_state[1] = 0
+        stair_state[2] = 0
         for t in range(src.term_off[c], src.term_off[c + 1]):
             if src.outer_row != NULL:
                 for s in range(S):
@@ -492,6 +545,19 @@ cdef int _process(Src* src, i64 c0, i64 c1, Buf* B, i64* counts, i64 stair_limit
                     base = s
             if not ok or base < 0:
                 continue
+            if stair and stair_state[0] > 0:
+                # the whole term is dominated when its ideal corner is: summed like its lists'
+                # points (base last), from each cell's least memory and least time (rounding is
+                # monotone, so no point of the term falls below the corner)
+                sm = 0.0
+                st = 0.0
+                for s in range(S):
+                    if s != base and cells[s] >= 0:
+                        sm = sm + src.mem[s][lo[s]]
+                        st = st + src.tim[s][lo[s] + sz[s] - 1]
+                if _dominated(B.sa, stair_state[0], src.mem[base][lo[base]] + sm,
+                              src.tim[base][lo[base] + sz[base] - 1] + st):
+                    continue
             for s in range(S):
                 idx[s] = 0
             nl0 = nl
@@ -531,14 +597,19 @@ cdef int _process(Src* src, i64 c0, i64 c1, Buf* B, i64* counts, i64 stair_limit
                 if done:
                     break
             nl = _prune_shifts(B, nl0, nl)
+            if stair:
+                rc = _stair_add(src, B, nl0, nl, stair_state, stair_limit if stair_limit > 0 else INT64_MAX,
+                                stair_limit > 0)
+                if rc < 0:
+                    B.err = 1
+                    return -1
+                stair = rc == 0
         start = B.n
-        if stair_limit != 0:
-            rc = _staircase_merge(src, B, nl, stair_limit if stair_limit > 0 else INT64_MAX, stair_limit > 0)
-            if rc < 0:
+        if stair:
+            if _stair_output(src, B, stair_state[0]) != 0:
                 B.err = 1
                 return -1
-            if rc == 0:
-                nl = 0  # merged: nothing is left for the heap
+            nl = 0  # merged: nothing is left for the heap
         # k-way merge + reduce
         for i in range(nl):
             B.heap[i].m = B.lists[i].hm
