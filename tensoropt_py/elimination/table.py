@@ -34,6 +34,7 @@ __all__ = ["FTable", "Context", "ExactBudgetSpent"]
 _I32 = np.iinfo(np.int32).max
 _MAX_TERMS_PER_BATCH = 1 << 22  # terms built per kernel call by Context.combine_gen
 _STAGE_FACTOR = 16.0  # stage a product when direct enumeration exceeds this many combos per term
+_ESTIMATE_ROWS = 1024  # output cells whose terms estimate that (terms given as sums: Context._combine_outer)
 _MEMO_MIN_TERMS = 256  # combines with fewer terms are not worth hashing
 _MEMO_BYTES = 1 << 29  # bytes the memo of combine results may hold without a memory budget
 _MEMO_SHARE = 4  # with a budget (max_bytes), the memo may hold up to 1/_MEMO_SHARE of it
@@ -79,7 +80,10 @@ class FTable:
         self.ctx = None  # the Context that registered it (memory accounting)
 
     def digest(self):
-        """Hash of the content (offsets and costs; not provenance). Only while costs are held."""
+        """Hash that determines the content (offsets and costs; not provenance): of the content
+        itself, only while costs are held, unless the table was derived from a memo key (the
+        key determines its content, so it is hashed instead of the points: see
+        :meth:`Context._combine_raw`)."""
         if self._digest is None:
             self._digest = _digest(self.offsets, self.mem, self.time)
         return self._digest
@@ -278,7 +282,7 @@ class Context:
         off, m, t, prov = hit
         self.stats["combines"] += 1
         self.stats["memo_hits"] += 1
-        return self.register(FTable(off, m, t, parents, prov, depth=depth))
+        return self.register(_derived(FTable(off, m, t, parents, prov, depth=depth), key))
 
     def _combine_raw(self, parents, term_off, term_cells, thin, key=None, outer=None):
         """The kernel call behind :meth:`combine`, memoised. ``key``: a memo key the caller
@@ -320,7 +324,7 @@ class Context:
                 self._memo_bytes += nbytes
                 while self._memo_bytes > self._memo_cap:
                     self._drop_oldest_memo()
-        return self.register(FTable(off, m, t, parents, prov, depth=depth))
+        return self.register(_derived(FTable(off, m, t, parents, prov, depth=depth), key))
 
     def _drop_oldest_memo(self):
         _, old = self._memo.popitem(last=False)
@@ -363,6 +367,8 @@ class Context:
             depth=max(p.depth for p in pieces),
             pieces=pieces,
         )
+        if all(p._digest is not None for p in pieces):  # determined by its pieces' derivations
+            tab._digest = hashlib.sha256(b"pieces" + b"".join(p._digest for p in pieces)).digest()
         for p in pieces:
             p.release()
         return self.register(tab)
@@ -397,13 +403,17 @@ class Context:
         staged cells are those of the distinct rows of the first slots, times the U columns."""
         multi = [s for s, p in enumerate(parents) if p.max_cell > 1]
         n, U = row.shape[1], col.shape[1]
-        prod = np.ones((n, U))
-        largest = np.ones((n, U))
+        if n == 0 or U == 0:
+            return self._combine_raw(parents, term_off, None, thin, outer=(row, col))
+        # the direct enumeration's work per term, estimated on evenly spread rows
+        pick = np.unique(np.linspace(0, n - 1, min(n, _ESTIMATE_ROWS)).astype(np.int64))
+        prod = np.ones((pick.size, U))
+        largest = np.ones((pick.size, U))
         for s in multi:
-            size = np.diff(parents[s].offsets).astype(np.float64)[row[s][:, None] + col[s][None, :]]
+            size = np.diff(parents[s].offsets).astype(np.float64)[row[s][pick][:, None] + col[s][None, :]]
             prod *= size
             np.maximum(largest, size, out=largest)
-        if float((prod / largest).sum()) <= _STAGE_FACTOR * n * U:
+        if float((prod / largest).mean()) <= _STAGE_FACTOR:
             return self._combine_raw(parents, term_off, None, thin, outer=(row, col))
         first = multi[:-1]
         rows = row[first].T
@@ -416,6 +426,16 @@ class Context:
         new_col = np.concatenate([np.arange(U, dtype=np.int64)[None, :], col[rest]])
         self.stats["staged"] = self.stats.get("staged", 0) + 1
         return self._combine_raw([staged] + [parents[s] for s in rest], term_off, None, thin, outer=(new_row, new_col))
+
+
+def _derived(tab, key):
+    """``tab``, the output of the combine of memo key ``key`` (None: no key), with the digest
+    of that key: the key determines the output's content (its parents' digests, the terms,
+    epsilon), so hashing it stands for hashing the points (a derived table's digest never
+    equals a content digest, so a repeat is found when it is derived alike)."""
+    if key is not None:
+        tab._digest = hashlib.sha256(b"derived" + repr(key).encode()).digest()
+    return tab
 
 
 def _written_out(row, col):
