@@ -7,10 +7,11 @@ product of one cell from each of ``S`` parent tables (Alg. 1 applied to Eq. 4-7 
 line 6 of Alg. 3).  Every parent cell must already be a frontier (memory ascending,
 time strictly descending), so a product of cells is a union of *shifted* copies of the
 largest cell (copies whose shift is dominated by another copy's shift are dropped
-up front). The reduced union merges these lists one by one into the cell's frontier
-(skipping a list whose ideal corner the frontier dominates, and galloping over the runs
-of a list that one frontier point dominates), which is linear in the frontier's size per
-list that adds points and the fastest while it stays short (``STAIR_LIMIT`` points);
+up front). The reduced union merges these lists one by one, term by term, into the cell's
+frontier (skipping a term or a list whose ideal corner the frontier dominates, and
+galloping over the runs of a list that one frontier point dominates), which is linear in
+the frontier's size per list that adds points and the fastest while it stays short
+(``STAIR_LIMIT`` points);
 past that, a k-way heap merge that drops a list as soon as its smallest time cannot
 beat the best time found so far and gallops over dominated points. Both visit points in
 (memory, time, list) order and keep a point when its time beats every earlier one, so

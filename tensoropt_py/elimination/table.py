@@ -13,10 +13,13 @@ provenance (int32 where it fits) is kept for unroll.
 
 Memo: model graphs repeat identical layers, whose eliminations combine tables with
 identical *content* (other node/edge ids, same costs, same maps, same term lists).
-:meth:`Context._combine_raw` keys every sizeable combine on a hash of its inputs (parent
-offsets and costs, term offsets and cells, epsilon) and reuses an earlier result for a
+:meth:`Context._combine_raw` keys every sizeable combine on a hash of its inputs (the
+parents' digests, term offsets and cells, epsilon) and reuses an earlier result for a
 repeated key: the output costs are the same, and its provenance (point indices into
-parents of identical content) is valid for the new parents, so unroll is unaffected.
+parents of identical content) is valid for the new parents, so unroll is unaffected. A
+leaf's digest hashes its points; a combine's output is digested by its key, which
+determines its points (hashing millions of points per step would cost more than the kernel
+on repeated layers).
 """
 
 from __future__ import annotations
