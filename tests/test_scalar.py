@@ -119,11 +119,33 @@ def test_ends_solved_on_screened_configs_equal_the_whole_graph_optima(seed):
     mem, tim = evaluate(cg, ch, ech)
     ok = np.isfinite(mem) & np.isfinite(tim)
     # from random strategies (loose bounds) and from the exact frontier (the tightest screening)
+    lams = (0.0, np.inf, 1e-7, 1e-6)
     for mem, tim in ((np.append(mem[ok], bf.memory[-1]), np.append(tim[ok], bf.time[-1])), (bf.memory, bf.time)):
-        am, at, ach, aech = track_mod._end_optima(cg, mem, tim, 1 << 30)
-        np.testing.assert_array_equal(np.stack(evaluate(cg, ach, aech)), np.stack([am, at]))
+        ach, aech, skipped = track_mod._optima(cg, lams, 1 << 30, mem, tim)
+        assert not skipped
+        am, at = evaluate(cg, ach, aech)
         assert at[0] == pytest.approx(bf.time.min(), rel=1e-12)
         assert (am[1], at[1]) == (pytest.approx(bf.memory[0], rel=1e-12), pytest.approx(bf.time[0], rel=1e-12))
+        for lam, m, t in zip(lams[2:], am[2:], at[2:]):
+            assert t + lam * m == pytest.approx(_frontier_min(bf, lam), rel=1e-12)
+
+
+def test_an_anchor_too_wide_is_skipped_alone(monkeypatch):
+    # a 4-clique of 10-config nodes is too wide for a 50-entry factor; the bounds leave one
+    # config per node that can be as fast as the frontier's fastest point (the fastest anchor
+    # is found), but every config is as small as the smallest (that anchor stays too wide)
+    from tensoropt_py.engine import scalar
+
+    monkeypatch.setattr(scalar, "MAX_FACTOR_ENTRIES", 50)
+    node = np.array([[1.0, 1.0]] + [[1.0, 100.0 + k] for k in range(1, 10)])
+    edges = [(a, b, np.zeros((10, 10, 2))) for a in range(4) for b in range(a + 1, 4)]
+    cg = CostGraph([node] * 4, edges)
+    fr = track(cg, epsilon=0.01)
+    assert fr.stats["anchors"] in (0, 1) and "lam=inf" in fr.stats["anchors_skipped"]
+    assert "lam=0" not in fr.stats["anchors_skipped"]
+    assert fr.time.min() == 4.0
+    with pytest.raises(InvalidInputError, match="too wide"):
+        track(cg, epsilon=0.01, anchors=True)
 
 
 @pytest.mark.parametrize("seed", range(20))

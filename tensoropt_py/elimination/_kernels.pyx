@@ -38,6 +38,7 @@ ctypedef long long i64
 
 cdef enum:
     MAXS = 6
+    _SP_STRIDE = 4  # doubles per SP: a staircase's times are read with this stride
 
 MAX_SLOTS = MAXS
 STAIR_LIMIT = 4096
@@ -80,6 +81,9 @@ cdef struct SP:
     i64 li
     i64 pos
 
+
+if sizeof(SP) != _SP_STRIDE * sizeof(double):  # _first_faster reads a staircase's times with this stride
+    raise ImportError(f"_kernels: a staircase point takes {sizeof(SP)} bytes, not {_SP_STRIDE} doubles")
 
 cdef struct Buf:
     SP* sa
@@ -205,14 +209,16 @@ cdef inline i64 _gallop_staircase(SP* a, i64 i, i64 n, double m, double t, i64 l
     return lo
 
 
-cdef inline i64 _gallop_list(const double* bt, double st, i64 j, i64 end, double best) noexcept nogil:
-    """First index in ``j .. end`` of a list (times decreasing, shifted by ``st``) whose
-    time is below ``best`` (``end`` if none)."""
-    cdef i64 lo = j, step = 1, hi, mid
-    if lo >= end or bt[lo] + st < best:
+cdef inline i64 _first_faster(const double* tim, i64 stride, double shift, i64 lo, i64 end,
+                              double best) noexcept nogil:
+    """First index ``i`` in ``lo .. end`` of a sequence of falling times (``tim[i * stride] +
+    shift``: a list's times, or a staircase's read through its points) below ``best``
+    (``end`` if none), galloping from ``lo``."""
+    cdef i64 step = 1, hi, mid
+    if lo >= end or tim[lo * stride] + shift < best:
         return lo
     hi = lo + 1
-    while hi < end and bt[hi] + st >= best:
+    while hi < end and tim[hi * stride] + shift >= best:
         lo = hi
         step *= 2
         hi = lo + step
@@ -221,30 +227,7 @@ cdef inline i64 _gallop_list(const double* bt, double st, i64 j, i64 end, double
     lo += 1
     while lo < hi:
         mid = (lo + hi) // 2
-        if bt[mid] + st < best:
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
-
-
-cdef inline i64 _gallop_staircase_time(SP* a, i64 i, i64 n, double best) noexcept nogil:
-    """First index in ``i .. n`` of the staircase (times decreasing) whose time is below
-    ``best`` (``n`` if none)."""
-    cdef i64 lo = i, step = 1, hi, mid
-    if lo >= n or a[lo].t < best:
-        return lo
-    hi = lo + 1
-    while hi < n and a[hi].t >= best:
-        lo = hi
-        step *= 2
-        hi = lo + step
-    if hi > n:
-        hi = n
-    lo += 1
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if a[mid].t < best:
+        if tim[mid * stride] + shift < best:
             hi = mid
         else:
             lo = mid + 1
@@ -306,7 +289,7 @@ cdef i64 _merge_into(Src* src, Buf* B, i64 n, i64 li, i64 limit, i64* work) noex
         best = a[i - 1].t if i > 0 else INFINITY
         if lt < best:
             break
-        j = _gallop_list(bt, L.st, j + 1, L.end, best)
+        j = _first_faster(bt, 1, L.st, j + 1, L.end, best)
         work[0] += 2
         if j == L.end:
             return n
@@ -330,7 +313,7 @@ cdef i64 _merge_into(Src* src, Buf* B, i64 n, i64 li, i64 limit, i64* work) noex
                 best = a[e - 1].t
                 i = e
             else:
-                i = _gallop_staircase_time(a, i + 1, n, best)
+                i = _first_faster(&a[0].t, _SP_STRIDE, 0.0, i + 1, n, best)
         elif lt < best:
             if k > 0 and b[k - 1].m == lm:
                 k -= 1  # shifted points whose memory rounds to one value: the faster replaces it
@@ -342,13 +325,13 @@ cdef i64 _merge_into(Src* src, Buf* B, i64 n, i64 li, i64 limit, i64* work) noex
             k += 1
             j += 1
         else:
-            j = _gallop_list(bt, L.st, j + 1, L.end, best)
+            j = _first_faster(bt, 1, L.st, j + 1, L.end, best)
     # one side is left, a frontier itself: drop its points up to the first that beats best
-    i = _gallop_staircase_time(a, i, n, best)
+    i = _first_faster(&a[0].t, _SP_STRIDE, 0.0, i, n, best)
     if i < n:
         memcpy(&b[k], &a[i], (n - i) * sizeof(SP))
         k += n - i
-    j = _gallop_list(bt, L.st, j, L.end, best)
+    j = _first_faster(bt, 1, L.st, j, L.end, best)
     while j < L.end:
         lm = bm[j] + L.sm
         if k > 0 and b[k - 1].m == lm:

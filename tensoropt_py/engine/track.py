@@ -303,46 +303,47 @@ def _union(mem, tim, ch, ech, mem2, tim2, ch2, ech2):
     return mem_all[keep], tim_all[keep], np.concatenate([ch, ch2])[keep], np.concatenate([ech, ech2])[keep], keep
 
 
-def _optima(cg, lams, max_bytes):
-    """The exact optima of ``time + lam * memory`` (:func:`min_sum`) for every ``lam`` of ``lams``;
-    a few factors of ``max_entries`` float64 may be alive at once: kept under ``max_bytes``."""
-    from .scalar import MAX_FACTOR_ENTRIES, min_sum
-
-    entries = max(1, min(MAX_FACTOR_ENTRIES, max_bytes // 64))
-    return [min_sum(cg, lam, max_entries=entries) for lam in lams]
-
-
 _SCREEN_TOL = 1e-9  # relaxation bounds and evaluated costs are summed in different orders
 
 
-def _end_optima(cg, mem, tim, max_bytes):
-    """The fastest (``lam = 0``) and the smallest (``lam = inf``) strategies of ``cg``
-    (:func:`min_sum`), given achievable points ``(mem, tim)``: each is solved on the configs
-    whose relaxation bound (:func:`~.screen.relaxation_bounds`) allows a strategy at least as
-    fast as the fastest point (or as small as the smallest); a config outside is in no such
-    strategy, so no optimum (and no tie of one) is lost, and the graph solved is far smaller.
-    Returns ``(memory, time, choices, edge_choices)`` arrays, one row per optimum."""
+def _optima(cg, lams, max_bytes, mem=None, tim=None):
+    """The exact optima of ``time + lam * memory`` (:func:`min_sum`) for the ``lam`` of
+    ``lams`` whose graph is narrow enough for it, as ``(choices, edge_choices, skipped)``:
+    arrays with one row per such lam, and the refusals of the others (one message each).
+
+    Given achievable points ``(mem, tim)``, each is solved on the configs whose relaxation
+    bound (:func:`~.screen.relaxation_bounds`) allows a strategy at least as good for its lam
+    as the best of those points: a config outside is in no optimal strategy (nor in a tie of
+    one), so the optimum is the whole graph's, found on a far smaller graph. A few factors of
+    ``max_entries`` float64 may be alive at once: kept under ``max_bytes``."""
     from .scalar import MAX_FACTOR_ENTRIES, min_sum
     from .screen import relaxation_bounds, restrict
 
     entries = max(1, min(MAX_FACTOR_ENTRIES, max_bytes // 64))
-    try:
-        rb = relaxation_bounds(cg, [0.0], max_bytes=max_bytes) if mem.size else None
-    except MemoryLimitError:
-        rb = None
-    rows = []
-    for lam, row, limit in ((0.0, 0, tim.min() if tim.size else 0.0), (np.inf, -1, mem.min() if mem.size else 0.0)):
-        if rb is None:
-            opt = min_sum(cg, lam, max_entries=entries)
-            rows.append((opt.choices, opt.edge_choices))
+    finite = sorted({0.0, *(float(lam) for lam in lams if np.isfinite(lam))})
+    rb = None
+    if mem is not None and mem.size:
+        try:
+            rb = relaxation_bounds(cg, finite, max_bytes=max_bytes)
+        except MemoryLimitError:  # edges too large for the bounds: solve the whole graph
+            rb = None
+    chs, echs, skipped = [], [], []
+    for lam in lams:
+        graph, keep = cg, None
+        if rb is not None:
+            row, limit = (-1, mem.min()) if np.isinf(lam) else (finite.index(float(lam)), (tim + lam * mem).min())
+            keep = [np.flatnonzero(b[row] <= limit * (1 + _SCREEN_TOL)) for b in rb.bounds]
+            graph = restrict(cg, keep)
+        try:
+            opt = min_sum(graph, lam, max_entries=entries)
+        except InvalidInputError as exc:  # too wide for exact variable elimination
+            skipped.append(f"lam={lam:g}: {exc}")
             continue
-        keep = [np.flatnonzero(b[row] <= limit * (1 + _SCREEN_TOL)) for b in rb.bounds]
-        opt = min_sum(restrict(cg, keep), lam, max_entries=entries)
-        rows.append((np.array([k[c] for k, c in zip(keep, opt.choices)], dtype=np.int64), opt.edge_choices))
-    ch = np.stack([r[0] for r in rows])
-    ech = np.stack([r[1] for r in rows]).reshape(len(rows), cg.n_edges)
-    am, at = evaluate(cg, ch, ech)
-    return am, at, ch, ech
+        chs.append(opt.choices if keep is None else np.array([k[c] for k, c in zip(keep, opt.choices)], dtype=np.int64))
+        echs.append(opt.edge_choices)
+    if not chs:
+        return None, None, skipped
+    return np.stack(chs), np.stack(echs).reshape(len(chs), cg.n_edges), skipped
 
 
 def _add_anchors(cg, mem, tim, ch, ech, stats, strict, max_bytes):
@@ -351,15 +352,18 @@ def _add_anchors(cg, mem, tim, ch, ech, stats, strict, max_bytes):
 
     t0 = _time.perf_counter()
     try:
-        am, at, ach, aech = _end_optima(cg, mem, tim, max_bytes)
+        ach, aech, skipped = _optima(cg, (0.0, np.inf), max_bytes, mem, tim)
     except _Infeasible:
         stats["anchors"] = "infeasible"
         return mem, tim, ch, ech
-    except InvalidInputError as exc:  # too wide for exact variable elimination
+    if skipped:
         if strict:
-            raise
-        stats["anchors"] = f"skipped: {exc}"
+            raise InvalidInputError("; ".join(skipped))
+        stats["anchors_skipped"] = "; ".join(skipped)
+    if ach is None:
+        stats["anchors"] = f"skipped: {skipped[0]}"
         return mem, tim, ch, ech
+    am, at = evaluate(cg, ach, aech)
     n0 = mem.size
     mem, tim, ch, ech, keep = _union(mem, tim, ch, ech, am, at, ach, aech)
     stats["anchors"] = int((keep >= n0).sum())  # anchor points that were missing
@@ -404,14 +408,14 @@ def _run_candidates(cg, per_weight, kwargs, max_bytes):
     if slopes.size:
         lams += list(np.geomspace(slopes.min(), 10 * slopes.max(), _SWEEP_WEIGHTS))
     t0 = _time.perf_counter()
-    try:
-        optima = _optima(cg, lams, max_bytes)
-    except InvalidInputError as exc:  # too wide for exact elimination: candidates from the bounds only
-        optima = []
-        stats["anchors"] = f"skipped: {exc}"
+    och, oech, skipped = _optima(cg, lams, max_bytes, *((None, None) if fr is None else (fr.memory, fr.time)))
+    if och is None:  # too wide for exact elimination: candidates from the bounds only
+        stats["anchors"] = f"skipped: {skipped[0]}"
+    elif skipped:
+        stats["anchors_skipped"] = "; ".join(skipped)
     stats["anchor_seconds"] = _time.perf_counter() - t0
-    if optima:
-        keep = [np.union1d(k, [o.choices[i] for o in optima]) for i, k in enumerate(keep)]
+    if och is not None:
+        keep = [np.union1d(k, och[:, i]) for i, k in enumerate(keep)]
         fr, ch = run(keep)
     elif fr is None:
         raise InfeasibleError("no strategy among the candidate configs avoids forbidden costs, and the graph is "
@@ -427,11 +431,11 @@ def _run_candidates(cg, per_weight, kwargs, max_bytes):
         fr, ch = run(keep)
         rounds += 1
     ech = fr.edge_choices
-    if optima:
+    if och is not None:
         # one summation order for every point, so that a strategy found twice is one point
         n0 = ch.shape[0]
-        ch = np.concatenate([ch, np.stack([o.choices for o in optima])])
-        ech = np.concatenate([ech, np.stack([o.edge_choices for o in optima]).reshape(len(optima), cg.n_edges)])
+        ch = np.concatenate([ch, och])
+        ech = np.concatenate([ech, oech])
         mem, tim = evaluate(cg, ch, ech)
         mem, tim, ch, ech, kept = _union(mem[:n0], tim[:n0], ch[:n0], ech[:n0], mem[n0:], tim[n0:], ch[n0:], ech[n0:])
         stats["anchors"] = int((kept >= n0).sum())
@@ -513,8 +517,12 @@ def track(
         fastest strategy (``lam = 0``) and the smallest one (``lam = inf``), so that an
         approximate frontier still contains (or dominates) both ends. ``"auto"``: only
         when the result may be approximate (a heuristic elimination was used, or
-        ``epsilon > 0``) and the graph is narrow enough for :func:`min_sum` (it is skipped
-        otherwise; ``stats["anchors"]`` says what happened).
+        ``epsilon > 0``). Each is solved on the configs that relaxation bounds
+        (:func:`~.screen.relaxation_bounds`) leave possible for a strategy at least as fast
+        (as small) as the result's end, which gives the whole graph's optimum on a graph
+        often narrow enough for :func:`min_sum` where the whole one is not; one that is still
+        too wide is skipped (``True``: raises). ``stats["anchors"]`` says what happened
+        (``stats["anchors_skipped"]``: why an optimum is missing).
 
     max_memory : int or None
         Bytes the frontier tables may hold (None: 60% of the memory available at the
