@@ -76,6 +76,13 @@ def test_min_sum_bad_input_and_too_wide():
     with pytest.raises(InvalidInputError, match="too wide"):
         min_sum(CostGraph(n, edges), 0.0, max_entries=50)
     assert min_sum(CostGraph(n, edges), 0.0).value == pytest.approx(4.0)
+    # its eliminations sum 10 terms for each entry of the factors they build: 10 * (1000 + 100 + 10 + 1)
+    with pytest.raises(InvalidInputError, match="more than max_work"):
+        min_sum(CostGraph(n, edges), 0.0, max_work=11109)
+    assert min_sum(CostGraph(n, edges), 0.0, max_work=11110).value == pytest.approx(4.0)
+    for bad in (0, -1.0, "many", True):
+        with pytest.raises(InvalidInputError, match="max_work must be"):
+            min_sum(cg, 0.0, max_work=bad)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -178,7 +185,8 @@ def test_the_value_less_pass_refuses_exactly_where_the_real_one_would(seed, lam)
             except InvalidInputError as exc:
                 errors.append(str(exc))
         assert errors[0] == errors[1]
-    assert _eliminate(cg, lam, 10**6, numeric=False) is None
+    work = _eliminate(cg, lam, 10**6, numeric=False)  # the terms summed: what max_work limits
+    assert isinstance(work, int) and work >= cg.n_nodes  # one term at least per node eliminated
 
 
 def _repeated_blocks(n_blocks, seed):

@@ -304,12 +304,14 @@ def _union(mem, tim, ch, ech, mem2, tim2, ch2, ech2):
 
 
 _SCREEN_TOL = 1e-9  # relaxation bounds and evaluated costs are summed in different orders
+_OPTIMUM_MAX_WORK = 2e9  # terms one exact optimum may sum (min_sum's max_work: a few seconds)
 
 
 def _optima(cg, lams, max_bytes, mem=None, tim=None):
     """The exact optima of ``time + lam * memory`` (:func:`min_sum`) for the ``lam`` of
-    ``lams`` whose graph is narrow enough for it, as ``(choices, edge_choices, skipped)``:
-    arrays with one row per such lam, and the refusals of the others (one message each).
+    ``lams`` whose graph is narrow enough for it (and costs at most ``_OPTIMUM_MAX_WORK``
+    terms), as ``(choices, edge_choices, skipped)``: arrays with one row per such lam, and the
+    refusals of the others (one message each).
 
     Given achievable points ``(mem, tim)``, each is solved on the configs whose relaxation
     bound (:func:`~.screen.relaxation_bounds`) allows a strategy at least as good for its lam
@@ -335,8 +337,8 @@ def _optima(cg, lams, max_bytes, mem=None, tim=None):
             keep = [np.flatnonzero(b[row] <= limit * (1 + _SCREEN_TOL)) for b in rb.bounds]
             graph = restrict(cg, keep)
         try:
-            opt = min_sum(graph, lam, max_entries=entries)
-        except InvalidInputError as exc:  # too wide for exact variable elimination
+            opt = min_sum(graph, lam, max_entries=entries, max_work=_OPTIMUM_MAX_WORK)
+        except InvalidInputError as exc:  # too wide (or too much work) for exact variable elimination
             skipped.append(f"lam={lam:g}: {exc}")
             continue
         chs.append(opt.choices if keep is None else np.array([k[c] for k, c in zip(keep, opt.choices)], dtype=np.int64))
@@ -521,7 +523,8 @@ def track(
         (:func:`~.screen.relaxation_bounds`) leave possible for a strategy at least as fast
         (as small) as the result's end, which gives the whole graph's optimum on a graph
         often narrow enough for :func:`min_sum` where the whole one is not; one that is still
-        too wide is skipped (``True``: raises). ``stats["anchors"]`` says what happened
+        too wide, or would sum more than 2e9 terms (a few seconds), is skipped (``True``:
+        raises). ``stats["anchors"]`` says what happened
         (``stats["anchors_skipped"]``: why an optimum is missing).
 
     max_memory : int or None
