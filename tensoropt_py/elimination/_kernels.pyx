@@ -249,32 +249,24 @@ cdef i64 _merge_into(Src* src, Buf* B, i64 n, i64 li, i64 limit, i64* work) noex
     cdef SP* b
     cdef i64 i, j = L.pos, k, lo, hi, mid, e
     cdef double best, lm, lt
-    # the whole list is dominated when its ideal corner (least memory, least time) is
-    if n > 0:
-        lm = bm[j] + L.sm
-        lt = bt[L.end - 1] + L.st
-        lo = 0
-        hi = n
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if a[mid].m <= lm:
-                lo = mid + 1
-            else:
-                hi = mid
-        # (ties: a point equal to the corner is the list's only point, kept if of lower index)
-        if lo > 0 and a[lo - 1].t <= lt and (a[lo - 1].m < lm or a[lo - 1].t < lt or a[lo - 1].li < li):
-            return n
-    # staircase points of less memory than the list's first point come first and stay
+    # one search: the staircase points of memory <= the list's first point's (memories in a
+    # staircase are distinct)
     lm = bm[j] + L.sm
     lo = 0
     hi = n
     while lo < hi:
         mid = (lo + hi) // 2
-        if a[mid].m < lm:
+        if a[mid].m <= lm:
             lo = mid + 1
         else:
             hi = mid
-    i = lo
+    # the whole list is dominated when its ideal corner (least memory, least time) is
+    # (ties: a point equal to the corner is the list's only point, kept if of lower index)
+    lt = bt[L.end - 1] + L.st
+    if lo > 0 and a[lo - 1].t <= lt and (a[lo - 1].m < lm or a[lo - 1].t < lt or a[lo - 1].li < li):
+        return n
+    # staircase points of less memory than the list's first point come first and stay
+    i = lo - 1 if lo > 0 and a[lo - 1].m == lm else lo
     work[0] += 1
     # find the list's first point that beats every earlier one, without writing anything:
     # up to it, the staircase's points all stay (each beats the ones before it), and a list
