@@ -30,10 +30,30 @@ def random_table(rng, n_cells, max_pts, integer):
     return np.array(offs), np.array(ms), np.array(ts)
 
 
-def random_job(seed, integer):
+def rounding_table(rng, n_cells, max_pts):
+    """Frontiers one or a few ulps apart (memory 1 + k ulp, time 1 + (8 - k) ulp) or single
+    points of 0, 0.5, 1 or 2: their sums round together (within a list and across lists)."""
+    offs, ms, ts = [0], [], []
+    for _ in range(n_cells):
+        p = int(rng.integers(1, max_pts + 1))
+        if p == 1 and rng.random() < 0.5:
+            ms.append(float(rng.choice([0.0, 0.5, 1.0, 2.0])))
+            ts.append(float(rng.choice([0.0, 0.5, 1.0, 2.0])))
+        else:
+            k = np.sort(rng.choice(8, size=min(p, 8), replace=False))
+            ms.extend(1.0 + k * 2.0**-52)
+            ts.extend(1.0 + (8 - k) * 2.0**-52)
+        offs.append(len(ms))
+    return np.array(offs), np.array(ms), np.array(ts)
+
+
+def random_job(seed, integer, rounding=False):
     rng = np.random.default_rng(seed)
     S = int(rng.integers(1, 5))
-    tables = [random_table(rng, int(rng.integers(1, 6)), int(rng.integers(1, 7)), integer) for _ in range(S)]
+    if rounding:
+        tables = [rounding_table(rng, int(rng.integers(1, 6)), int(rng.integers(1, 7))) for _ in range(S)]
+    else:
+        tables = [random_table(rng, int(rng.integers(1, 6)), int(rng.integers(1, 7)), integer) for _ in range(S)]
     n_out = int(rng.integers(1, 6))
     n_terms = rng.integers(0, 6, size=n_out)
     term_off = np.concatenate([[0], np.cumsum(n_terms)])
@@ -51,6 +71,25 @@ def test_combine_matches_reference(seed, integer, eps, merge):
     tables, term_off, cells = random_job(seed, integer)
     got = combine_ragged(tables, term_off, cells, epsilon=eps, threads=1, merge=merge)
     exp = combine_reference(tables, term_off, cells, epsilon=eps)
+    for g, e in zip(got, exp):
+        assert np.array_equal(g, e)
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_sums_that_round_together_match_the_reference(seed):
+    # shifted memories and times that round to one value, within a list and across lists: every
+    # merge path (and a tiny staircase limit that hands over to the heap) keeps the reference's
+    # points with the reference's provenance
+    tables, term_off, cells = random_job(seed, False, rounding=True)
+    exp = combine_reference(tables, term_off, cells)
+    for merge in ("auto", "heap", "staircase"):
+        got = combine_ragged(tables, term_off, cells, threads=1, merge=merge)
+        for g, e in zip(got, exp):
+            assert np.array_equal(g, e), merge
+    offs, mems, tims = (list(x) for x in zip(*(tuple(np.ascontiguousarray(a) for a in t) for t in tables)))
+    offs = [o.astype(np.int64) for o in offs]
+    got = _kernels.combine_kernel(offs, mems, tims, np.ascontiguousarray(term_off, dtype=np.int64),
+                                  np.ascontiguousarray(cells, dtype=np.int64), 0.0, [0, term_off.shape[0] - 1], None, 2)
     for g, e in zip(got, exp):
         assert np.array_equal(g, e)
 

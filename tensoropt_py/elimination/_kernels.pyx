@@ -234,6 +234,20 @@ cdef inline i64 _first_faster(const double* tim, i64 stride, double shift, i64 l
     return lo
 
 
+cdef inline i64 _settle(const double* bm, const double* bt, double sm, double st, i64 pos, i64 end) noexcept nogil:
+    """Where to start a list at ``pos`` when its next shifted memories round to the same
+    value: at the first of those points with the least shifted time (times fall weakly along
+    a list), the first of them in (memory, time, index) order, as the reference sorts its
+    candidates (it dominates or ties the others)."""
+    cdef double m = bm[pos] + sm
+    cdef i64 e = pos
+    while e + 1 < end and bm[e + 1] + sm == m:
+        e += 1
+    while bt[pos] + st != bt[e] + st:
+        pos += 1
+    return pos
+
+
 cdef i64 _merge_into(Src* src, Buf* B, i64 n, i64 li, i64 limit, i64* work) noexcept nogil:
     """Frontier of staircase ``B.sa[:n]`` (from lists before ``li``) and list ``li`` into
     ``B.sb``; returns its length, -1 past ``limit`` points, -2 out of memory; adds the points
@@ -323,16 +337,20 @@ cdef i64 _merge_into(Src* src, Buf* B, i64 n, i64 li, i64 limit, i64* work) noex
     if i < n:
         memcpy(&b[k], &a[i], (n - i) * sizeof(SP))
         k += n - i
+    # (a list's shifted times may round to one value: each point must still beat the last)
     j = _first_faster(bt, 1, L.st, j, L.end, best)
     while j < L.end:
-        lm = bm[j] + L.sm
-        if k > 0 and b[k - 1].m == lm:
-            k -= 1
-        b[k].m = lm
-        b[k].t = bt[j] + L.st
-        b[k].li = li
-        b[k].pos = j
-        k += 1
+        lt = bt[j] + L.st
+        if lt < best:
+            lm = bm[j] + L.sm
+            if k > 0 and b[k - 1].m == lm:
+                k -= 1
+            b[k].m = lm
+            b[k].t = lt
+            b[k].li = li
+            b[k].pos = j
+            best = lt
+            k += 1
         j += 1
     if k > limit:
         return -1
@@ -544,7 +562,6 @@ cdef int _process(Src* src, i64 c0, i64 c1, Buf* B, i64* counts, i64 stair_limit
                         return -1
                 l = &B.lists[nl]
                 l.base = base
-                l.pos = lo[base]
                 l.end = lo[base] + sz[base]
                 sm = 0.0
                 st = 0.0
@@ -558,6 +575,7 @@ cdef int _process(Src* src, i64 c0, i64 c1, Buf* B, i64* counts, i64 stair_limit
                         st = st + src.tim[s][g]
                 l.sm = sm
                 l.st = st
+                l.pos = _settle(src.mem[base], src.tim[base], sm, st, lo[base], l.end)
                 l.hm = src.mem[base][l.pos] + sm
                 l.ht = src.tim[base][l.pos] + st
                 nl += 1
@@ -643,6 +661,7 @@ cdef int _process(Src* src, i64 c0, i64 c1, Buf* B, i64* counts, i64 stair_limit
                         hi_ = mid
                     else:
                         lo_ = mid + 1
+                lo_ = _settle(src.mem[base], btim, l.sm, l.st, lo_, l.end)
                 l.pos = lo_
                 B.heap[0].m = src.mem[base][lo_] + l.sm
                 B.heap[0].t = btim[lo_] + l.st
