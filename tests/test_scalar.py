@@ -147,7 +147,8 @@ def test_an_anchor_too_wide_is_skipped_alone(monkeypatch):
     edges = [(a, b, np.zeros((10, 10, 2))) for a in range(4) for b in range(a + 1, 4)]
     cg = CostGraph([node] * 4, edges)
     fr = track(cg, epsilon=0.01)
-    assert fr.stats["anchors"] in (0, 1) and "lam=inf" in fr.stats["anchors_skipped"]
+    # the tracked frontier holds the fastest strategy already: the anchor adds no point
+    assert fr.stats["anchors"] == 0 and "lam=inf" in fr.stats["anchors_skipped"]
     assert "lam=0" not in fr.stats["anchors_skipped"]
     assert fr.time.min() == 4.0
     with pytest.raises(InvalidInputError, match="too wide"):

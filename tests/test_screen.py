@@ -188,7 +188,11 @@ def test_rows_of_shared_tables_are_cached_and_change_nothing(seed, monkeypatch):
     cg = CostGraph([rng.uniform(1, 10, size=(2, 2)) for _ in range(10)],
                    [(u, v, kinds[int(k)]) for (u, v), k in zip(pairs, rng.integers(0, 3, size=len(pairs)))])
     lams = [0.0, 1e-3, 1.0]
+    computed = []
+    edge_rows = screen._edge_rows
+    monkeypatch.setattr(screen, "_edge_rows", lambda *a: computed.append(1) or edge_rows(*a))
     shared_rows = relaxation_bounds(cg, lams)
+    assert len(computed) <= len(kinds)  # each shared table's rows once
     monkeypatch.setattr(screen, "_ROW_CACHE_BYTES", 0)
     one_edge_cached = relaxation_bounds(cg, lams)
     # without the cache: every edge's rows computed for it

@@ -406,7 +406,7 @@ class Context:
         staged cells are those of the distinct rows of the first slots, times the U columns."""
         multi = [s for s, p in enumerate(parents) if p.max_cell > 1]
         n, U = row.shape[1], col.shape[1]
-        if n == 0 or U == 0:
+        if len(multi) <= 2 or n == 0 or U == 0:
             return self._combine_raw(parents, term_off, None, thin, outer=(row, col))
         # the direct enumeration's work per term, estimated on evenly spread rows
         pick = np.unique(np.linspace(0, n - 1, min(n, _ESTIMATE_ROWS)).astype(np.int64))

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..elimination.table import table_key
 from ..errors import InvalidInputError, MemoryLimitError
 from .algebra import frontier_indices
 from .cost_graph import CostGraph, LayoutEdge
@@ -106,8 +107,7 @@ def _class_min(h, cls, n_cls):
 
 def _edge_rows(tab, ua, ub, lams):
     """The rows of :func:`_weigh` for an edge table restricted to the classes in use, each
-    at its best option: ``(A', B')`` arrays, one weight at a time (an edge's rows are never
-    all in memory at once)."""
+    at its best option: ``(A', B')`` arrays, one weight at a time."""
     sub = tab[np.ix_(ua, ub)]
     for row in range(lams.size + 1):
         yield _weigh(sub[..., 0], sub[..., 1], lams[row:row + 1] if row < lams.size else lams[:0])[0].min(axis=2)
@@ -116,7 +116,8 @@ def _edge_rows(tab, ua, ub, lams):
 class _RowCache:
     """:func:`_edge_rows` of the edges that share a cost table and its classes in use (model
     layers repeat: the cost builder shares their tables), computed once while they fit in
-    ``max_bytes`` (least recently used rows are dropped first)."""
+    ``max_bytes`` (least recently used rows are dropped first; an edge's rows larger than
+    that are not kept)."""
 
     def __init__(self, lams, max_bytes):
         self.lams = lams
@@ -125,11 +126,14 @@ class _RowCache:
         self._bytes = 0
 
     def rows(self, tab, ua, ub):
-        key = (id(tab), ua.tobytes(), ub.tobytes())
+        key = (table_key(tab), ua.tobytes(), ub.tobytes())
         hit = self._rows.pop(key, None)
         if hit is None:
             hit = list(_edge_rows(tab, ua, ub, self.lams))
-            self._bytes += sum(w.nbytes for w in hit)
+            nbytes = sum(w.nbytes for w in hit)
+            if nbytes > self.max_bytes:
+                return hit  # too large to keep
+            self._bytes += nbytes
         self._rows[key] = hit  # most recent last
         while self._bytes > self.max_bytes and len(self._rows) > 1:
             old = self._rows.pop(next(iter(self._rows)))
@@ -177,7 +181,7 @@ def relaxation_bounds(cg, lams, max_bytes=None):
     for e, (u, v, smap, dmap, tab) in enumerate(cg._norm):
         ua, sm = np.unique(smap, return_inverse=True)
         ub, dm = np.unique(dmap, return_inverse=True)
-        need = 4 * 8 * ua.size * ub.size * tab.shape[2]  # the edge's cost rows and a few temporaries
+        need = 8 * ua.size * ub.size * (4 * tab.shape[2] + lams.size + 1)  # its costs, temporaries and weighted rows
         if max_bytes is not None and need > max_bytes:
             raise MemoryLimitError(
                 f"relaxation bounds: edge {e} ({u}->{v}) has {ua.size} x {ub.size} layout classes in use and "
@@ -352,7 +356,7 @@ def restrict(cg, keep):
     for (u, v, smap, dmap, tab) in cg._norm:
         ua, sm = np.unique(smap[keep[u]], return_inverse=True)
         ub, dm = np.unique(dmap[keep[v]], return_inverse=True)
-        key = (id(tab), ua.tobytes(), ub.tobytes())
+        key = (table_key(tab), ua.tobytes(), ub.tobytes())
         small = shared.get(key)
         if small is None:
             small = shared[key] = np.ascontiguousarray(tab[ua][:, ub])

@@ -335,7 +335,10 @@ def _optima(cg, lams, max_bytes, mem=None, tim=None):
         if rb is not None:
             row, limit = (-1, mem.min()) if np.isinf(lam) else (finite.index(float(lam)), (tim + lam * mem).min())
             keep = [np.flatnonzero(b[row] <= limit * (1 + _SCREEN_TOL)) for b in rb.bounds]
-            graph = restrict(cg, keep)
+            if min(k.size for k in keep) == 0:  # only if the points were not achievable: no screening
+                keep = None
+            else:
+                graph = restrict(cg, keep)
         try:
             opt = min_sum(graph, lam, max_entries=entries, max_work=_OPTIMUM_MAX_WORK)
         except InvalidInputError as exc:  # too wide (or too much work) for exact variable elimination
