@@ -250,9 +250,9 @@ cdef inline i64 _settle(const double* bm, const double* bt, double sm, double st
 
 cdef i64 _merge_into(Src* src, Buf* B, i64 n, i64 li, i64 limit, i64* work) noexcept nogil:
     """Frontier of staircase ``B.sa[:n]`` (from lists before ``li``) and list ``li`` into
-    ``B.sb``; returns its length, -1 past ``limit`` points, -2 out of memory; adds the points
-    it visited to ``work``. In (memory,
-    time, list index) order, keeping a point when its time beats every earlier one (and
+    ``B.sb``; returns its length, -1 past ``limit`` points, -2 out of memory; adds its work to
+    ``work`` (one per search or gallop, and the points of a merge). In (memory, time, list
+    index) order, keeping a point when its time beats every earlier one (and
     replacing the last one kept when their memory is equal: shifted memories may round to
     one value): the heap merge's order and rules, so the points and their provenance are
     those of the heap merge."""
