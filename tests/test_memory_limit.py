@@ -126,3 +126,54 @@ def test_a_run_past_its_auto_epsilon_retries_with_ten_times_it(monkeypatch):
     retries = fr.stats["memory_limit_retries"]
     assert retries[0][0] == AUTO_EPSILON  # the epsilon the stopped run had switched to
     assert fr.epsilon >= 10 * AUTO_EPSILON and fr.stats["peak_table_bytes"] <= auto.stats["peak_table_bytes"] // 2
+
+
+def _big_product(rng, n=200, cells=40):
+    """Two tables of ``cells`` frontiers of ``n`` points: their cell-by-cell products (one term
+    per output cell) hold up to n * n points each, far more than their inputs."""
+    def table():
+        off = np.arange(cells + 1, dtype=np.int64) * n
+        m = np.sort(rng.random((cells, n)), axis=1).ravel()
+        t = np.sort(rng.random((cells, n)), axis=1)[:, ::-1].ravel()
+        return off, m, t
+    return table(), table()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_kernel_refuses_to_pass_its_byte_budget(threads):
+    from tensoropt_py.elimination.kernels import KernelBudgetExceeded, run_kernel
+
+    rng = np.random.default_rng(1)
+    (o1, m1, t1), (o2, m2, t2) = _big_product(rng)
+    cells = np.column_stack([np.arange(40), np.arange(40)]).astype(np.int64)
+    term_off = np.arange(41, dtype=np.int64)
+    args = ([o1, o2], [m1, m2], [t1, t2], term_off, cells, 0.0, threads)
+    off, m, t, prov = run_kernel(*args)
+    out_bytes = m.nbytes + t.nbytes + prov.nbytes
+    with pytest.raises(KernelBudgetExceeded):
+        run_kernel(*args, max_bytes=out_bytes // 4)
+    # a budget that holds the buffers changes nothing
+    off2, m2_, t2_, prov2 = run_kernel(*args, max_bytes=64 * out_bytes + (1 << 20))
+    np.testing.assert_array_equal(off2, off)
+    np.testing.assert_array_equal(m2_, m)
+    np.testing.assert_array_equal(prov2, prov)
+
+
+def test_a_combine_that_would_not_fit_raises_before_taking_the_memory():
+    # one product whose output is far larger than its inputs: the limit is checked inside the
+    # kernel, before the memory is taken, not only after the step (when it could be too late)
+    from tensoropt_py.elimination.table import Context, FTable
+
+    rng = np.random.default_rng(2)
+    tables = _big_product(rng)
+    ctx = Context()
+    a, b = (ctx.register(FTable(o, m, t)) for o, m, t in tables)
+    cells = np.column_stack([np.arange(40), np.arange(40)]).astype(np.int64)
+    out = ctx.combine([a, b], np.arange(41), cells)
+    need = out.nbytes()
+    ctx.max_bytes = ctx.held_bytes + need // 4
+    with pytest.raises(MemoryLimitError, match=r"one combine step would need .* MiB with the tables held, more than the limit") as info:
+        ctx.combine([a, b], np.arange(41), cells[::-1].copy())
+    assert info.value.limit_bytes == ctx.max_bytes
+    assert ctx.held_bytes <= ctx.max_bytes
+    assert info.value.used_bytes > info.value.limit_bytes

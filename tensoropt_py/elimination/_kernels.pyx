@@ -36,12 +36,25 @@ cnp.import_array()
 
 ctypedef long long i64
 
+cdef extern from *:
+    """
+    static inline long long _tensoropt_atomic_add(long long* p, long long v) {
+        return __atomic_add_fetch(p, v, __ATOMIC_RELAXED);
+    }
+    """
+    i64 _atomic_add "_tensoropt_atomic_add"(i64* p, i64 v) nogil
+
 cdef enum:
     MAXS = 6
     _SP_STRIDE = 4  # doubles per SP: a staircase's times are read with this stride
 
 MAX_SLOTS = MAXS
 STAIR_LIMIT = 4096
+
+
+class KernelBudgetExceeded(MemoryError):
+    """The combine kernel's buffers would pass the byte budget of the call: ``args`` is
+    ``(budget, bytes they would have held)``."""
 
 
 cdef struct Src:
@@ -100,6 +113,10 @@ cdef struct Buf:
     i64 ocap
     i64 n
     int err
+    i64* used  # bytes of buffers held by every worker of the call (shared)
+    i64 budget  # most bytes they may hold together; -1: no limit
+    bint over  # a growth was refused for the budget
+    i64 wanted  # the bytes the workers would have held with it
 
 
 cdef inline bint _less(HE* a, HE* b) noexcept nogil:
@@ -140,6 +157,20 @@ cdef inline i64 _capacity(i64 cap, i64 need, i64 least) noexcept nogil:
     return cap
 
 
+cdef int _reserve(Buf* B, i64 nbytes) noexcept nogil:
+    """Count ``nbytes`` more buffer against the call's byte budget (shared by its workers);
+    -1 (nothing counted, ``B.over`` set) when that would pass it."""
+    if B.budget < 0:
+        return 0
+    cdef i64 total = _atomic_add(B.used, nbytes)
+    if total > B.budget:
+        _atomic_add(B.used, -nbytes)
+        B.over = True
+        B.wanted = total
+        return -1
+    return 0
+
+
 cdef inline int _resize(void** p, size_t nbytes) noexcept nogil:
     """``realloc`` in place of ``p[0]``; -1 (``p[0]`` untouched) when out of memory."""
     cdef void* q = realloc(p[0], nbytes)
@@ -154,6 +185,8 @@ cdef int _grow_lists(Buf* B, i64 need) noexcept nogil:
     if need <= B.lcap:
         return 0
     cap = _capacity(B.lcap, need, 64)
+    if _reserve(B, (cap - B.lcap) * (sizeof(Lst) + sizeof(HE) + sizeof(i64) + sizeof(char))) != 0:
+        return -1
     if (_resize(<void**> &B.lists, cap * sizeof(Lst)) or _resize(<void**> &B.heap, cap * sizeof(HE))
             or _resize(<void**> &B.ord, cap * sizeof(i64)) or _resize(<void**> &B.keep, cap * sizeof(char))):
         return -1
@@ -166,6 +199,8 @@ cdef int _grow_out(Buf* B, i64 need, int S) noexcept nogil:
     if need <= B.ocap:
         return 0
     cap = _capacity(B.ocap, need, 256)
+    if _reserve(B, (cap - B.ocap) * (2 * sizeof(double) + S * sizeof(i64))) != 0:
+        return -1
     if (_resize(<void**> &B.om, cap * sizeof(double)) or _resize(<void**> &B.ot, cap * sizeof(double))
             or _resize(<void**> &B.op, cap * S * sizeof(i64))):
         return -1
@@ -178,6 +213,8 @@ cdef int _grow_stairs(Buf* B, i64 need) noexcept nogil:
     if need <= B.scap:
         return 0
     cap = _capacity(B.scap, need, 256)
+    if _reserve(B, (cap - B.scap) * 2 * sizeof(SP)) != 0:
+        return -1
     if _resize(<void**> &B.sa, cap * sizeof(SP)) or _resize(<void**> &B.sb, cap * sizeof(SP)):
         return -1
     B.scap = cap
@@ -719,6 +756,10 @@ cdef class _Worker:
         self.buf.ocap = 0
         self.buf.n = 0
         self.buf.err = 0
+        self.buf.used = NULL
+        self.buf.budget = -1
+        self.buf.over = False
+        self.buf.wanted = 0
 
     def __dealloc__(self):
         free(self.buf.lists)
@@ -737,13 +778,15 @@ cdef class _Worker:
         with nogil:
             rc = _process(&self.src, self.c0, self.c1, &self.buf, cnt, self.stair_limit)
         if rc != 0:
+            if self.buf.over:
+                raise KernelBudgetExceeded(self.buf.budget, self.buf.wanted)
             raise MemoryError("combine kernel: out of memory")
         return self.buf.n
 
 
 def combine_kernel(list offs, list mems, list tims, cnp.ndarray term_off, object term_cells,
                    double eps, object chunk_bounds, object executor=None, i64 stair_limit=STAIR_LIMIT,
-                   object outer=None):
+                   object outer=None, i64 max_bytes=-1):
     """Run the combine kernel (no validation: call it through ``kernels.combine_ragged``).
 
     Parameters
@@ -768,6 +811,9 @@ def combine_kernel(list offs, list mems, list tims, cnp.ndarray term_off, object
         ``col`` (S, U), C-contiguous; every cell has ``U`` terms (``term_off = U * arange``)
         and term ``u`` of cell ``c`` takes cell ``row[s, c] + col[s, u]`` of slot ``s``
         (node eliminations' terms have this form: they need not be written out).
+    max_bytes : int
+        Most bytes the workers' buffers may hold together (the output arrays are filled as
+        the buffers are freed); -1: no limit. Past it, :class:`KernelBudgetExceeded`.
 
     Returns
     -------
@@ -800,6 +846,8 @@ def combine_kernel(list offs, list mems, list tims, cnp.ndarray term_off, object
         src.n_rows = row.shape[1]
         src.U = col.shape[1]
     src.eps = eps
+    used = np.zeros(1, dtype=np.int64)
+    cdef i64* used_p = <i64*> cnp.PyArray_DATA(used)
     workers = []
     bounds = list(chunk_bounds)
     for k in range(len(bounds) - 1):
@@ -810,13 +858,21 @@ def combine_kernel(list offs, list mems, list tims, cnp.ndarray term_off, object
         wk.c0 = bounds[k]
         wk.c1 = bounds[k + 1]
         wk.stair_limit = stair_limit
+        wk.buf.used = used_p
+        wk.buf.budget = max_bytes
         wk.counts = np.zeros(bounds[k + 1] - bounds[k], dtype=np.int64)
         workers.append(wk)
     if executor is None or len(workers) <= 1:
         for wk in workers:
             wk.run()
     else:
-        list(executor.map(_Worker.run, workers))
+        # every worker finishes before anything is raised: they read the inputs and count
+        # into ``used``, which the caller may free once this returns
+        futures = [executor.submit(wk.run) for wk in workers]
+        errors = [f.exception() for f in futures]
+        for e in errors:
+            if e is not None:
+                raise e
     tot = 0
     for wk in workers:
         tot += wk.buf.n
@@ -835,6 +891,13 @@ def combine_kernel(list offs, list mems, list tims, cnp.ndarray term_off, object
             memcpy(pt + pos, wk.buf.ot, nb * sizeof(double))
             memcpy(pp + pos * S, wk.buf.op, nb * S * sizeof(i64))
         pos += nb
+        # the output arrays fill as the workers' buffers go: the call never holds both in full
+        free(wk.buf.om)
+        free(wk.buf.ot)
+        free(wk.buf.op)
+        wk.buf.om = NULL
+        wk.buf.ot = NULL
+        wk.buf.op = NULL
         counts[wk.c0 + 1: wk.c1 + 1] = wk.counts
     offsets = np.cumsum(counts)
     return offsets, out_m, out_t, out_p

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..errors import InvalidInputError
 from . import _kernels
+from ._kernels import KernelBudgetExceeded
 
 __all__ = ["combine_ragged", "combine_outer", "reduce_ragged", "resolve_threads", "check_epsilon", "MAX_SLOTS"]
 
@@ -201,14 +202,17 @@ def combine_outer(tables, row, col, epsilon=0.0, threads=1, validate=True, merge
     return run_kernel(offs, mems, tims, term_off, None, eps, threads, stair_limit, (row, col))
 
 
-def run_kernel(offs, mems, tims, term_off, term_cells, eps, threads, stair_limit=_STAIR_LIMITS["auto"], outer=None):
+def run_kernel(offs, mems, tims, term_off, term_cells, eps, threads, stair_limit=_STAIR_LIMITS["auto"], outer=None,
+               max_bytes=None):
     """The compiled kernel on checked, contiguous inputs, its output cells split into chunks of
     about equal work for ``threads`` threads (internal: :func:`combine_ragged`,
-    :func:`combine_outer` and the engine's tables call it)."""
+    :func:`combine_outer` and the engine's tables call it). ``max_bytes``: most bytes its
+    buffers may hold (None: no limit); past it, :class:`KernelBudgetExceeded` is raised
+    before the memory is taken."""
     work = max(float(o[-1]) / max(o.shape[0] - 1, 1) for o in offs)
     bounds = _chunk_bounds(term_off, term_off.shape[0] - 1, threads, work)
     return _kernels.combine_kernel(offs, mems, tims, term_off, term_cells, eps, bounds, _executor(threads), stair_limit,
-                                   outer)
+                                   outer, -1 if max_bytes is None else max(int(max_bytes), 0))
 
 
 def _parse_tables(tables, validate, who):

@@ -30,7 +30,7 @@ from collections import OrderedDict
 import numpy as np
 
 from ..errors import MemoryLimitError
-from .kernels import MAX_SLOTS, reduce_ragged, resolve_threads, run_kernel
+from .kernels import MAX_SLOTS, KernelBudgetExceeded, reduce_ragged, resolve_threads, run_kernel
 
 __all__ = ["FTable", "Context", "ExactBudgetSpent"]
 
@@ -287,6 +287,31 @@ class Context:
         self.stats["memo_hits"] += 1
         return self.register(_derived(FTable(off, m, t, parents, prov, depth=depth), key))
 
+    def _run_kernel(self, parents, term_off, term_cells, eps, outer):
+        """The kernel call, within what ``max_bytes`` leaves: its buffers may take the rest
+        (its output arrays fill as they are freed). Past that, the memo is emptied and the
+        call tried once more before :class:`MemoryLimitError` is raised, so a combine that
+        would not fit stops before it takes the memory instead of the process being killed."""
+        args = ([p.offsets for p in parents], [p.mem for p in parents], [p.time for p in parents], term_off,
+                term_cells, eps, self.threads)
+        while True:
+            used = self.held_bytes + self._memo_bytes
+            budget = None if self.max_bytes is None else self.max_bytes - used
+            try:
+                return run_kernel(*args, outer=outer, max_bytes=budget)
+            except KernelBudgetExceeded as exc:
+                if not self._memo:
+                    need = used + exc.args[1]
+                    raise MemoryLimitError(
+                        f"frontier tracking stopped: one combine step would need {need / 2**20:.1f} MiB with "
+                        f"the tables held, more than the limit of {self.max_bytes / 2**20:.1f} MiB (max_memory); "
+                        f"raise max_memory, use a larger epsilon, or exact=False with a smaller max_merged_configs",
+                        used_bytes=int(need),
+                        limit_bytes=int(self.max_bytes),
+                    ) from None
+                while self._memo:
+                    self._drop_oldest_memo()
+
     def _combine_raw(self, parents, term_off, term_cells, thin, key=None, outer=None):
         """The kernel call behind :meth:`combine`, memoised. ``key``: a memo key the caller
         derived from what generates the terms (:meth:`combine_gen`); None: a hash of the terms.
@@ -306,8 +331,7 @@ class Context:
             hit = self._memo_hit(key, parents, depth)
             if hit is not None:
                 return hit
-        off, m, t, prov = run_kernel([p.offsets for p in parents], [p.mem for p in parents],
-                                     [p.time for p in parents], term_off, term_cells, eps, self.threads, outer=outer)
+        off, m, t, prov = self._run_kernel(parents, term_off, term_cells, eps, outer)
         self.stats["combines"] += 1
         self.stats["terms"] += int(term_off[-1])
         self.stats["points"] += int(off[-1])
