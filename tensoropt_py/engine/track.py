@@ -532,7 +532,9 @@ def track(
 
     max_memory : int or None
         Bytes the frontier tables may hold (None: 60% of the memory available at the
-        start, :func:`default_max_memory`). Checked after every combine step.
+        start, :func:`default_max_memory`). Checked after every combine step, and within
+        one: the compiled kernel's buffers may take only what the tables leave, so a step
+        that would not fit stops before it takes the memory.
     on_memory_limit : {"epsilon", "raise"}
         What happens when a run would exceed ``max_memory``: ``"epsilon"`` retries with
         a 10x larger epsilon (starting at 1e-3, at most 0.1; the run's
