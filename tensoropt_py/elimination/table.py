@@ -178,14 +178,17 @@ class Context:
         if used > self.peak_bytes:
             self.peak_bytes = used
         if self.max_bytes is not None and used > self.max_bytes:
-            raise MemoryLimitError(
-                f"frontier tracking stopped: its tables hold {used / 2**20:.1f} MiB, more than the limit "
-                f"of {self.max_bytes / 2**20:.1f} MiB (max_memory); raise max_memory, use a larger epsilon, "
-                f"or exact=False with a smaller max_merged_configs",
-                used_bytes=int(used),
-                limit_bytes=int(self.max_bytes),
-            )
+            raise self._limit_error(f"its tables hold {used / 2**20:.1f} MiB", used)
         return tab
+
+    def _limit_error(self, what, used):
+        """The :class:`MemoryLimitError` of a run that ``what`` (needing ``used`` bytes) stopped."""
+        return MemoryLimitError(
+            f"frontier tracking stopped: {what}, more than the limit of {self.max_bytes / 2**20:.1f} MiB "
+            f"(max_memory); raise max_memory, use a larger epsilon, or exact=False with a smaller max_merged_configs",
+            used_bytes=int(used),
+            limit_bytes=int(self.max_bytes),
+        )
 
     # ---- leaves -------------------------------------------------------------------------
     def node_leaf(self, i, costs):
@@ -302,13 +305,8 @@ class Context:
             except KernelBudgetExceeded as exc:
                 if not self._memo:
                     need = used + exc.args[1]
-                    raise MemoryLimitError(
-                        f"frontier tracking stopped: one combine step would need {need / 2**20:.1f} MiB with "
-                        f"the tables held, more than the limit of {self.max_bytes / 2**20:.1f} MiB (max_memory); "
-                        f"raise max_memory, use a larger epsilon, or exact=False with a smaller max_merged_configs",
-                        used_bytes=int(need),
-                        limit_bytes=int(self.max_bytes),
-                    ) from None
+                    raise self._limit_error(f"one combine step would need {need / 2**20:.1f} MiB with the tables "
+                                            f"held", need) from None
                 while self._memo:
                     self._drop_oldest_memo()
 
