@@ -148,27 +148,22 @@ cdef inline void _sift_down(HE* heap, i64 n, i64 i) noexcept nogil:
     heap[i] = x
 
 
-cdef inline i64 _capacity(i64 cap, i64 need, i64 least) noexcept nogil:
-    """A capacity of at least ``need`` (and ``least``), doubling from ``cap``."""
-    if cap < least:
-        cap = least
-    while cap < need:
-        cap *= 2
-    return cap
-
-
-cdef int _reserve(Buf* B, i64 nbytes) noexcept nogil:
-    """Count ``nbytes`` more buffer against the call's byte budget (shared by its workers);
-    -1 (nothing counted, ``B.over`` set) when that would pass it."""
-    if B.budget < 0:
-        return 0
-    cdef i64 total = _atomic_add(B.used, nbytes)
-    if total > B.budget:
-        _atomic_add(B.used, -nbytes)
-        B.over = True
-        B.wanted = total
-        return -1
-    return 0
+cdef i64 _capacity(Buf* B, i64 cap, i64 need, i64 least, i64 unit) noexcept nogil:
+    """A capacity of at least ``need`` (and ``least``) items of ``unit`` bytes, doubling from
+    ``cap``, its growth counted against the call's byte budget (shared by its workers); -1
+    (nothing counted, ``B.over`` set) when that would pass it."""
+    cdef i64 new = cap if cap >= least else least
+    cdef i64 total
+    while new < need:
+        new *= 2
+    if B.budget >= 0:
+        total = _atomic_add(B.used, (new - cap) * unit)
+        if total > B.budget:
+            _atomic_add(B.used, -(new - cap) * unit)
+            B.over = True
+            B.wanted = total
+            return -1
+    return new
 
 
 cdef inline int _resize(void** p, size_t nbytes) noexcept nogil:
@@ -184,10 +179,8 @@ cdef int _grow_lists(Buf* B, i64 need) noexcept nogil:
     cdef i64 cap
     if need <= B.lcap:
         return 0
-    cap = _capacity(B.lcap, need, 64)
-    if _reserve(B, (cap - B.lcap) * (sizeof(Lst) + sizeof(HE) + sizeof(i64) + sizeof(char))) != 0:
-        return -1
-    if (_resize(<void**> &B.lists, cap * sizeof(Lst)) or _resize(<void**> &B.heap, cap * sizeof(HE))
+    cap = _capacity(B, B.lcap, need, 64, sizeof(Lst) + sizeof(HE) + sizeof(i64) + sizeof(char))
+    if (cap < 0 or _resize(<void**> &B.lists, cap * sizeof(Lst)) or _resize(<void**> &B.heap, cap * sizeof(HE))
             or _resize(<void**> &B.ord, cap * sizeof(i64)) or _resize(<void**> &B.keep, cap * sizeof(char))):
         return -1
     B.lcap = cap
@@ -198,10 +191,8 @@ cdef int _grow_out(Buf* B, i64 need, int S) noexcept nogil:
     cdef i64 cap
     if need <= B.ocap:
         return 0
-    cap = _capacity(B.ocap, need, 256)
-    if _reserve(B, (cap - B.ocap) * (2 * sizeof(double) + S * sizeof(i64))) != 0:
-        return -1
-    if (_resize(<void**> &B.om, cap * sizeof(double)) or _resize(<void**> &B.ot, cap * sizeof(double))
+    cap = _capacity(B, B.ocap, need, 256, 2 * sizeof(double) + S * sizeof(i64))
+    if (cap < 0 or _resize(<void**> &B.om, cap * sizeof(double)) or _resize(<void**> &B.ot, cap * sizeof(double))
             or _resize(<void**> &B.op, cap * S * sizeof(i64))):
         return -1
     B.ocap = cap
@@ -212,10 +203,8 @@ cdef int _grow_stairs(Buf* B, i64 need) noexcept nogil:
     cdef i64 cap
     if need <= B.scap:
         return 0
-    cap = _capacity(B.scap, need, 256)
-    if _reserve(B, (cap - B.scap) * 2 * sizeof(SP)) != 0:
-        return -1
-    if _resize(<void**> &B.sa, cap * sizeof(SP)) or _resize(<void**> &B.sb, cap * sizeof(SP)):
+    cap = _capacity(B, B.scap, need, 256, 2 * sizeof(SP))
+    if cap < 0 or _resize(<void**> &B.sa, cap * sizeof(SP)) or _resize(<void**> &B.sb, cap * sizeof(SP)):
         return -1
     B.scap = cap
     return 0
