@@ -91,6 +91,11 @@ class Frontier:
         The mesh space searched (:mod:`tensoropt_py.space.mesh`; ``"auto"`` resolved).
     meshes_restricted : bool
         Whether that space leaves out meshes of the full space (then ``exact`` is False).
+    fastest_gap : float or None
+        When the exact fastest strategy was out of reach (a graph too wide for
+        :func:`~tensoropt_py.engine.min_sum`): how far the fastest point may be from it, its
+        time's relative excess over a proven lower bound (0 proves it fastest). None when the
+        fastest point is exact or no bound was computed.
     """
 
     memory: np.ndarray
@@ -115,6 +120,7 @@ class Frontier:
     precision: str = "32-true"
     meshes: str = "all"
     meshes_restricted: bool = False
+    fastest_gap: float | None = None
 
     @property
     def cost_graph(self):
@@ -229,6 +235,8 @@ class Frontier:
             why.append(f"{self.heuristic_eliminations} heuristic eliminations")
         if self.meshes_restricted:
             why.append(f"{self.meshes} meshes only")
+        if self.fastest_gap is not None:
+            why.append(f"fastest point within {100 * self.fastest_gap:.2f}% of a proven lower bound")
         return "approximate: " + (", ".join(why) if why else "restricted space")
 
     def plot(self, path=None, **kwargs):
@@ -251,7 +259,7 @@ class Frontier:
             "optimizer": self.optimizer, "model_fingerprint": self.model_fingerprint,
             "memory_bound_factor": self.memory_bound_factor,
             "recompute": self.recompute, "shard_optimizer": self.shard_optimizer, "precision": self.precision,
-            "meshes": self.meshes, "meshes_restricted": self.meshes_restricted,
+            "meshes": self.meshes, "meshes_restricted": self.meshes_restricted, "fastest_gap": self.fastest_gap,
             "memory": self.memory.tolist(), "time": self.time.tolist(),
             "compute_time": self.compute_time.tolist(), "communication_time": self.communication_time.tolist(),
             "choices": self.choices.tolist(), "edge_choices": self.edge_choices.tolist(),
@@ -283,6 +291,7 @@ class Frontier:
             memory_bound_factor=float(data.get("memory_bound_factor", 1.0)), recompute=bool(data.get("recompute", False)),
             shard_optimizer=bool(data.get("shard_optimizer", False)), precision=data.get("precision", "32-true"),
             meshes=data.get("meshes", "all"), meshes_restricted=bool(data.get("meshes_restricted", False)),
+            fastest_gap=None if data.get("fastest_gap") is None else float(data["fastest_gap"]),
         )
 
 
@@ -377,4 +386,5 @@ def compute_frontier(graph, cluster, devices: int, *, method: Method = "ldp", ex
         memory_bound_factor=float(tracked.memory_bound_factor),
         recompute=training.recompute, shard_optimizer=training.shard_optimizer, precision=training.precision,
         meshes=mcg.meshes, meshes_restricted=mcg.meshes_restricted,
+        fastest_gap=(tracked.stats or {}).get("end_gaps", {}).get("fastest"),
     )

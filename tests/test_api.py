@@ -406,3 +406,22 @@ def test_frontier_reports_the_epsilon_the_engine_ended_with(monkeypatch):
     assert fr.epsilon == 1e-3 and not fr.exact and "epsilon=0.001" in fr.accuracy
     exact = to.frontier("mlp", CLUSTER, devices=4, cache=False, exact=True)
     assert exact.epsilon == 0.0 and exact.exact
+
+
+def test_frontier_says_how_far_a_fastest_point_out_of_exact_reach_may_be(monkeypatch, tmp_path):
+    """A graph too wide for the exact fastest strategy: the frontier reports its fastest
+    point's gap to a proven lower bound (in its accuracy and its JSON)."""
+    import importlib
+
+    from tensoropt_py.engine.screen import lower_bounds, relaxation_bounds
+
+    monkeypatch.setattr(importlib.import_module("tensoropt_py.engine.track"), "AUTO_EPSILON_CELL_POINTS", 1)
+    monkeypatch.setattr(importlib.import_module("tensoropt_py.engine.scalar"), "MAX_FACTOR_ENTRIES", 1)
+    fr = to.frontier("mlp", CLUSTER, devices=4, cache=False)
+    bound = lower_bounds(relaxation_bounds(fr.model_cost_graph.cost_graph, [0.0]))[0]
+    assert fr.fastest_gap == pytest.approx(fr.time.min() / bound - 1, rel=1e-9, abs=1e-12)
+    assert fr.fastest_gap >= -1e-12 and "of a proven lower bound" in fr.accuracy
+    back = api.Frontier.from_json(fr.to_json(tmp_path / "f.json"))
+    assert back.fastest_gap == fr.fastest_gap
+    monkeypatch.undo()
+    assert to.frontier("mlp", CLUSTER, devices=4, cache=False).fastest_gap is None  # exact optima: no gap

@@ -127,7 +127,7 @@ def test_ends_solved_on_screened_configs_equal_the_whole_graph_optima(seed):
     # from random strategies (loose bounds) and from the exact frontier (the tightest screening)
     lams = (0.0, np.inf, 1e-7, 1e-6)
     for mem, tim in ((np.append(mem[ok], bf.memory[-1]), np.append(tim[ok], bf.time[-1])), (bf.memory, bf.time)):
-        ach, aech, skipped = track_mod._optima(cg, lams, 1 << 30, mem, tim)
+        ach, aech, skipped, _ = track_mod._optima(cg, lams, 1 << 30, mem, tim)
         assert not skipped
         am, at = evaluate(cg, ach, aech)
         assert at[0] == pytest.approx(bf.time.min(), rel=1e-12)

@@ -28,7 +28,8 @@ from ..errors import InvalidInputError, MemoryLimitError
 from .algebra import frontier_indices
 from .cost_graph import CostGraph, LayoutEdge
 
-__all__ = ["RelaxationBounds", "relaxation_bounds", "screen_out", "restrict", "lam_grid"]
+__all__ = ["RelaxationBounds", "relaxation_bounds", "screen_out", "restrict", "lam_grid", "improving_moves", "descend",
+           "lower_bounds"]
 
 _REL_TOL = 1e-9  # bounds and evaluated costs are summed in different orders
 
@@ -451,3 +452,152 @@ def improving_moves(cg, choices, edge_choices, memory, time, front_memory, front
             better = np.isfinite(t2) & (t2 < bound * (1 - _REL_TOL))
         out.append(np.nonzero(better.any(axis=0))[0])
     return out
+
+
+_DESCENT_SWEEPS = 50  # sweeps of one-node moves before descend stops (each strictly improves)
+
+
+def _objective(mem, tim, lam):
+    """Costs ``(..., 2)`` in the order :func:`descend` compares them: ``(time + lam * memory,
+    0)`` for a finite lam, ``(memory, time)`` for lam = inf; +inf where forbidden."""
+    bad = ~(np.isfinite(mem) & np.isfinite(tim))
+    if np.isinf(lam):
+        out = np.stack([mem, tim], axis=-1).astype(np.float64)
+    else:
+        with np.errstate(invalid="ignore"):  # 0 * inf: forbidden entries are set below
+            out = np.stack([tim + lam * mem, np.zeros_like(tim)], axis=-1)
+    out[bad] = np.inf
+    return out
+
+
+def _argbest(cost, axis):
+    """Index of the least of ``cost (..., 2)`` along ``axis``, its second component breaking
+    ties of the first (within ``_REL_TOL``)."""
+    first = cost[..., 0].min(axis=axis, keepdims=True)
+    with np.errstate(invalid="ignore"):
+        tie = cost[..., 0] <= first + _REL_TOL * np.abs(first)
+    return np.where(tie, cost[..., 1], np.inf).argmin(axis=axis)
+
+
+def _better(a, b):
+    """Whether cost pair ``a`` beats ``b`` by more than rounding (first component, then second;
+    a finite cost beats a forbidden one)."""
+    tol = [_REL_TOL * abs(x) if np.isfinite(x) else 0.0 for x in b]
+    if a[0] < b[0] - tol[0]:
+        return True
+    return a[0] <= b[0] + tol[0] and a[1] < b[1] - tol[1]
+
+
+def descend(cg, choices, edge_choices, lam, max_sweeps=_DESCENT_SWEEPS):
+    """A strategy that no one-node move improves for ``time + lam * memory``, reached from a
+    given strategy by such moves.
+
+    Nodes are swept in order; each takes the config of least ``time + lam * memory`` with its
+    neighbours' configs fixed (the incident edges at their best option for it), when that beats
+    its current config; sweeps repeat until none moves (or ``max_sweeps``). With ``lam = inf``
+    the objective is memory, then time. Every move strictly improves the objective, so the
+    result is never worse than the start. A heuristic for the ends of a frontier whose exact
+    optima (:func:`~tensoropt_py.engine.min_sum`) are out of reach.
+
+    Parameters
+    ----------
+    cg : CostGraph
+    choices : array_like of int, shape (n_nodes,)
+        The starting strategy's configs.
+    edge_choices : array_like of int, shape (n_edges,)
+        Its edges' options (kept where an edge's endpoints do not move and its option is
+        already the best; else the best option for the objective).
+    lam : float
+        Weight of memory (seconds per byte), ``>= 0``; ``inf``: least memory, then time.
+    max_sweeps : int
+        Most sweeps over the nodes.
+
+    Returns
+    -------
+    choices, edge_choices : ndarray of int64
+        The strategy reached.
+
+    Raises
+    ------
+    InvalidInputError
+        For a ``lam`` that is negative or NaN, a ``max_sweeps`` below 1, or strategies of the
+        wrong shape or out of range.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> nodes = [np.array([[1.0, 4.0], [4.0, 1.0]])] * 2
+    >>> edge = np.array([[[[0.0, 0.0]], [[0.0, 3.0]]], [[[0.0, 3.0]], [[0.0, 0.0]]]])
+    >>> cg = CostGraph(nodes, [(0, 1, edge)])
+    >>> ch, ech = descend(cg, [0, 0], [0], 0.0)  # time 8: a move of one node alone costs 3 more
+    >>> ch.tolist()
+    [0, 0]
+    >>> descend(cg, [0, 1], [0], 0.0)[0].tolist()  # time 8 -> 2: node 0 moves to its fast config
+    [1, 1]
+    """
+    if not isinstance(cg, CostGraph):
+        raise InvalidInputError(f"cg must be a CostGraph, got {type(cg).__name__}")
+    lam = float(lam)
+    if not lam >= 0:
+        raise InvalidInputError(f"lam must be a weight >= 0 (or inf), got {lam!r}")
+    if isinstance(max_sweeps, bool) or not isinstance(max_sweeps, (int, np.integer)) or max_sweeps < 1:
+        raise InvalidInputError(f"max_sweeps must be an integer >= 1, got {max_sweeps!r}")
+    ch = np.array(choices, dtype=np.int64).reshape(-1)
+    ech = np.array(edge_choices, dtype=np.int64).reshape(-1)
+    if ch.shape != (cg.n_nodes,) or ech.shape != (cg.n_edges,):
+        raise InvalidInputError(f"choices and edge_choices must have {cg.n_nodes} and {cg.n_edges} entries, "
+                                f"got {ch.size} and {ech.size}")
+    if ((ch < 0) | (ch >= np.asarray(cg.n_configs))).any():
+        raise InvalidInputError("choices must be configs of their nodes (0 <= choice < n_configs)")
+    inc = [[] for _ in range(cg.n_nodes)]
+    for e, (u, v, *_rest) in enumerate(cg._norm):
+        inc[u].append(e)
+        inc[v].append(e)
+    node_cost = [_objective(c[:, 0], c[:, 1], lam) for c in cg.node_costs]
+    for _ in range(max_sweeps):
+        moved = False
+        for i in range(cg.n_nodes):
+            total = node_cost[i].copy()  # (K, 2): the node's cost and its edges' at their best option
+            for e in inc[i]:
+                u, v, smap, dmap, tab = cg._norm[e]
+                rows = tab[smap, dmap[ch[v]]] if u == i else tab[smap[ch[u]], dmap]  # (K, R, 2)
+                cost = _objective(rows[..., 0], rows[..., 1], lam)
+                best = _argbest(cost, axis=1)
+                total += np.take_along_axis(cost, best[:, None, None], axis=1)[:, 0]
+            k = int(_argbest(total, axis=0))
+            if k != ch[i] and _better(total[k], total[ch[i]]):
+                ch[i] = k
+                moved = True
+        if not moved:
+            break
+    for e, (u, v, smap, dmap, tab) in enumerate(cg._norm):
+        rows = tab[smap[ch[u]], dmap[ch[v]]]  # (R, 2)
+        cost = _objective(rows[:, 0], rows[:, 1], lam)
+        best = int(_argbest(cost, axis=0))
+        if _better(cost[best], cost[ech[e]]) if 0 <= ech[e] < rows.shape[0] else True:
+            ech[e] = best
+    return ch, ech
+
+
+def lower_bounds(rb):
+    """Lower bounds of the whole graph's optima from :func:`relaxation_bounds`: per row of
+    ``rb.bounds`` (each lam of ``rb.lams``, then memory), the largest over nodes of the least
+    bound over their configs (every strategy uses some config of every node).
+
+    Parameters
+    ----------
+    rb : RelaxationBounds
+
+    Returns
+    -------
+    ndarray, shape (len(rb.lams) + 1,)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> nodes = [np.array([[1.0, 4.0], [4.0, 1.0]])] * 2
+    >>> rb = relaxation_bounds(CostGraph(nodes, [(0, 1, np.zeros((2, 2, 2)))]), [0.0])
+    >>> lower_bounds(rb).tolist()  # least time, least memory
+    [2.0, 2.0]
+    """
+    return np.max([b.min(axis=1) for b in rb.bounds], axis=0)

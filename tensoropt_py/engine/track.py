@@ -310,8 +310,9 @@ _OPTIMUM_MAX_WORK = 2e9  # terms one exact optimum may sum (min_sum's max_work: 
 def _optima(cg, lams, max_bytes, mem=None, tim=None):
     """The exact optima of ``time + lam * memory`` (:func:`min_sum`) for the ``lam`` of
     ``lams`` whose graph is narrow enough for it (and costs at most ``_OPTIMUM_MAX_WORK``
-    terms), as ``(choices, edge_choices, skipped)``: arrays with one row per such lam, and the
-    refusals of the others (one message each).
+    terms), as ``(choices, edge_choices, skipped, bounds)``: arrays with one row per such lam
+    (None when there is none), the others as ``(lam, refusal message)`` pairs, and the
+    relaxation bounds used to screen (None without points, or when they did not fit).
 
     Given achievable points ``(mem, tim)``, each is solved on the configs whose relaxation
     bound (:func:`~.screen.relaxation_bounds`) allows a strategy at least as good for its lam
@@ -342,36 +343,64 @@ def _optima(cg, lams, max_bytes, mem=None, tim=None):
         try:
             opt = min_sum(graph, lam, max_entries=entries, max_work=_OPTIMUM_MAX_WORK)
         except InvalidInputError as exc:  # too wide (or too much work) for exact variable elimination
-            skipped.append(f"lam={lam:g}: {exc}")
+            skipped.append((lam, f"lam={lam:g}: {exc}"))
             continue
         chs.append(opt.choices if keep is None else np.array([k[c] for k, c in zip(keep, opt.choices)], dtype=np.int64))
         echs.append(opt.edge_choices)
     if not chs:
-        return None, None, skipped
-    return np.stack(chs), np.stack(echs).reshape(len(chs), cg.n_edges), skipped
+        return None, None, skipped, rb
+    return np.stack(chs), np.stack(echs).reshape(len(chs), cg.n_edges), skipped, rb
+
+
+def _end(mem, tim, lam):
+    """Index of the frontier point that is best for ``lam``: 0, the fastest; inf, the smallest."""
+    return int(np.argmin(mem if np.isinf(lam) else tim))
 
 
 def _add_anchors(cg, mem, tim, ch, ech, stats, strict, max_bytes):
-    """Union the fastest and the smallest strategy (exact, :func:`min_sum`) into a frontier."""
+    """Union the fastest and the smallest strategy (exact, :func:`min_sum`) into a frontier.
+
+    An end whose exact optimum is out of reach is improved by one-node moves instead
+    (:func:`~.screen.descend` from the frontier's end), and ``stats["end_gaps"]`` says how far
+    the returned end may be from the optimum: its excess over the relaxation lower bound
+    (:func:`~.screen.lower_bounds`), ``"fastest"`` in time, ``"smallest"`` in memory."""
     from ..errors import InfeasibleError as _Infeasible
+    from .screen import descend, lower_bounds
 
     t0 = _time.perf_counter()
     try:
-        ach, aech, skipped = _optima(cg, (0.0, np.inf), max_bytes, mem, tim)
+        ach, aech, skipped, rb = _optima(cg, (0.0, np.inf), max_bytes, mem, tim)
     except _Infeasible:
         stats["anchors"] = "infeasible"
         return mem, tim, ch, ech
     if skipped:
         if strict:
-            raise InvalidInputError("; ".join(skipped))
-        stats["anchors_skipped"] = "; ".join(skipped)
+            raise InvalidInputError("; ".join(why for _, why in skipped))
+        stats["anchors_skipped"] = "; ".join(why for _, why in skipped)
+    n_exact = 0 if ach is None else ach.shape[0]
+    if skipped and mem.size:
+        descents = [descend(cg, ch[_end(mem, tim, lam)], ech[_end(mem, tim, lam)], lam) for lam, _ in skipped]
+        dch = np.stack([d[0] for d in descents])
+        dech = np.stack([d[1] for d in descents])
+        ach = dch if ach is None else np.concatenate([ach, dch])
+        aech = dech if aech is None else np.concatenate([aech, dech])
     if ach is None:
-        stats["anchors"] = f"skipped: {skipped[0]}"
+        stats["anchors"] = f"skipped: {skipped[0][1]}"
         return mem, tim, ch, ech
     am, at = evaluate(cg, ach, aech)
     n0 = mem.size
     mem, tim, ch, ech, keep = _union(mem, tim, ch, ech, am, at, ach, aech)
-    stats["anchors"] = int((keep >= n0).sum())  # anchor points that were missing
+    # exact anchor points that were missing, or why there is none
+    stats["anchors"] = int(((keep >= n0) & (keep < n0 + n_exact)).sum()) if n_exact else f"skipped: {skipped[0][1]}"
+    if skipped:
+        stats["descent_points"] = int((keep >= n0 + n_exact).sum())  # points the one-node moves added
+        if rb is not None:
+            bound = lower_bounds(rb)
+            gaps = {}
+            for lam, _ in skipped:
+                name, value, lb = ("smallest", mem.min(), bound[-1]) if np.isinf(lam) else ("fastest", tim.min(), bound[0])
+                gaps[name] = float(value / lb - 1) if lb > 0 else float("inf")
+            stats["end_gaps"] = gaps
     stats["anchor_seconds"] = _time.perf_counter() - t0
     return mem, tim, ch, ech
 
@@ -413,11 +442,11 @@ def _run_candidates(cg, per_weight, kwargs, max_bytes):
     if slopes.size:
         lams += list(np.geomspace(slopes.min(), 10 * slopes.max(), _SWEEP_WEIGHTS))
     t0 = _time.perf_counter()
-    och, oech, skipped = _optima(cg, lams, max_bytes, *((None, None) if fr is None else (fr.memory, fr.time)))
+    och, oech, skipped, _ = _optima(cg, lams, max_bytes, *((None, None) if fr is None else (fr.memory, fr.time)))
     if och is None:  # too wide for exact elimination: candidates from the bounds only
-        stats["anchors"] = f"skipped: {skipped[0]}"
+        stats["anchors"] = f"skipped: {skipped[0][1]}"
     elif skipped:
-        stats["anchors_skipped"] = "; ".join(skipped)
+        stats["anchors_skipped"] = "; ".join(why for _, why in skipped)
     stats["anchor_seconds"] = _time.perf_counter() - t0
     if och is not None:
         keep = [np.union1d(k, och[:, i]) for i, k in enumerate(keep)]
@@ -528,7 +557,11 @@ def track(
         often narrow enough for :func:`min_sum` where the whole one is not; one that is still
         too wide, or would sum more than 2e9 terms (a few seconds), is skipped (``True``:
         raises). ``stats["anchors"]`` says what happened
-        (``stats["anchors_skipped"]``: why an optimum is missing).
+        (``stats["anchors_skipped"]``: why an optimum is missing). An end so skipped is
+        improved by one-node moves from the frontier's end (:func:`~.screen.descend`), and
+        ``stats["end_gaps"]`` bounds how far it may still be from the optimum: its relative
+        excess over a lower bound of the relaxation (``"fastest"``: time, ``"smallest"``:
+        memory; 0 proves it optimal).
 
     max_memory : int or None
         Bytes the frontier tables may hold (None: 60% of the memory available at the

@@ -1,0 +1,123 @@
+"""One-node descent and the relaxation's lower bounds: the ends of a frontier whose exact
+optima are out of reach (brute force on small cyclic graphs)."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from tensoropt_py.engine import CostGraph, evaluate, min_sum, track
+from tensoropt_py.engine.random_graphs import random_cyclic_graph, random_small_dag
+from tensoropt_py.engine.screen import descend, lower_bounds, relaxation_bounds
+from tensoropt_py.errors import InvalidInputError
+
+LAMS = [0.0, 1e-9, 1.0, np.inf]
+
+
+def _value(mem, tim, lam):
+    """The objective as a tuple compared lexicographically (memory then time for lam = inf)."""
+    return (float(mem), float(tim)) if np.isinf(lam) else (float(tim + lam * mem), 0.0)
+
+
+def _beats(a, b, rtol=1e-9):
+    if a[0] < b[0] - rtol * abs(b[0]):
+        return True
+    return a[0] <= b[0] + rtol * abs(b[0]) and a[1] < b[1] - rtol * abs(b[1])
+
+
+def _best_with_node(cg, ch, ech, i, k, lam):
+    """The best objective with node ``i`` in config ``k``, every other node and the options of
+    the edges not at ``i`` as in ``(ch, ech)``: the incident edges' options by brute force."""
+    ch = ch.copy()
+    ch[i] = k
+    incident = [e for e, (u, v, *_r) in enumerate(cg._norm) if i in (u, v)]
+    best = None
+    for opts in itertools.product(*[range(cg.n_options(e)) for e in incident]):
+        trial = ech.copy()
+        trial[incident] = opts
+        m, t = evaluate(cg, ch[None], trial[None])
+        if not (np.isfinite(m[0]) and np.isfinite(t[0])):
+            continue
+        value = _value(m[0], t[0], lam)
+        if best is None or _beats(value, best, rtol=0.0):
+            best = value
+    return best
+
+
+def _graph(seed):
+    return random_cyclic_graph(seed=seed, forbidden_prob=0.05) if seed % 2 else random_small_dag(seed=seed)
+
+
+@pytest.mark.parametrize("seed", range(16))
+@pytest.mark.parametrize("lam", LAMS)
+def test_descent_never_worsens_and_ends_where_no_one_node_move_improves(seed, lam):
+    cg = _graph(seed)
+    rng = np.random.default_rng(seed)
+    start = np.zeros(cg.n_nodes, dtype=np.int64)  # config 0 is never forbidden
+    start[:] = [rng.integers(0, k) for k in cg.n_configs]
+    start_edges = np.zeros(cg.n_edges, dtype=np.int64)
+    m0, t0 = evaluate(cg, start[None], start_edges[None])
+    ch, ech = descend(cg, start, start_edges, lam)
+    m, t = evaluate(cg, ch[None], ech[None])
+    assert np.isfinite(m[0]) or not np.isfinite(m0[0])
+    if np.isfinite(m0[0]) and np.isfinite(t0[0]):
+        assert not _beats(_value(m0[0], t0[0], lam), _value(m[0], t[0], lam))
+    if not (np.isfinite(m[0]) and np.isfinite(t[0])):
+        return
+    reached = _value(m[0], t[0], lam)
+    for i in range(cg.n_nodes):
+        for k in range(cg.n_configs[i]):
+            moved = _best_with_node(cg, ch, ech, i, k, lam)
+            assert moved is None or not _beats(moved, reached), (i, k, moved, reached)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_lower_bounds_never_pass_the_exact_optima(seed):
+    cg = _graph(seed)
+    rb = relaxation_bounds(cg, [0.0, 1e-9, 1.0])
+    bound = lower_bounds(rb)
+    for row, lam in enumerate([0.0, 1e-9, 1.0, np.inf]):
+        try:
+            opt = min_sum(cg, lam)
+        except Exception:  # every strategy forbidden: nothing to bound
+            return
+        value = opt.memory if np.isinf(lam) else opt.value
+        assert bound[row] <= value * (1 + 1e-9) + 1e-12
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_ends_out_of_exact_reach_are_descended_and_their_gap_is_reported(seed, monkeypatch):
+    from tensoropt_py.engine import scalar
+
+    cg = random_cyclic_graph(n_nodes=7, max_k=4, edge_prob=0.5, seed=seed)
+    plain = track(cg, epsilon=0.05, max_merged_configs=2, anchors=False)
+    monkeypatch.setattr(scalar, "MAX_FACTOR_ENTRIES", 1)  # every exact optimum is refused
+    fr = track(cg, epsilon=0.05, max_merged_configs=2)
+    assert "lam=0" in fr.stats["anchors_skipped"] and "lam=inf" in fr.stats["anchors_skipped"]
+    assert fr.stats["anchors"].startswith("skipped")
+    # the descended ends are never worse than the tracked ones, and every point is achievable
+    assert fr.time.min() <= plain.time.min() and fr.memory.min() <= plain.memory.min()
+    m, t = evaluate(cg, fr.choices, fr.edge_choices)
+    np.testing.assert_allclose(m, fr.memory, rtol=1e-12)
+    np.testing.assert_allclose(t, fr.time, rtol=1e-12)
+    # the gaps are measured against a true lower bound: at least the gap to the exact optimum
+    monkeypatch.undo()
+    bound = lower_bounds(relaxation_bounds(cg, [0.0]))
+    gaps = fr.stats["end_gaps"]
+    assert gaps["fastest"] == pytest.approx(fr.time.min() / bound[0] - 1, rel=1e-12, abs=1e-15)
+    assert gaps["smallest"] == pytest.approx(fr.memory.min() / bound[-1] - 1, rel=1e-12, abs=1e-15)
+    assert gaps["fastest"] >= fr.time.min() / min_sum(cg, 0.0).value - 1 - 1e-9
+    assert gaps["smallest"] >= fr.memory.min() / min_sum(cg, np.inf).memory - 1 - 1e-9
+
+
+def test_descend_rejects_bad_input():
+    cg = CostGraph([np.array([[1.0, 2.0], [2.0, 1.0]])] * 2, [(0, 1, np.zeros((2, 2, 2)))])
+    for lam in (-1.0, np.nan):
+        with pytest.raises(InvalidInputError, match="lam must be"):
+            descend(cg, [0, 0], [0], lam)
+    with pytest.raises(InvalidInputError, match="max_sweeps"):
+        descend(cg, [0, 0], [0], 0.0, max_sweeps=0)
+    with pytest.raises(InvalidInputError, match="2 and 1 entries"):
+        descend(cg, [0], [0], 0.0)
+    with pytest.raises(InvalidInputError, match="configs of their nodes"):
+        descend(cg, [0, 2], [0], 0.0)
