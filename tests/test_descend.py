@@ -25,12 +25,14 @@ def _beats(a, b, rtol=1e-9):
     return a[0] <= b[0] + rtol * abs(b[0]) and a[1] < b[1] - rtol * abs(b[1])
 
 
-def _best_with_node(cg, ch, ech, i, k, lam):
-    """The best objective with node ``i`` in config ``k``, every other node and the options of
-    the edges not at ``i`` as in ``(ch, ech)``: the incident edges' options by brute force."""
+def _best_with(cg, ch, ech, moved, lam):
+    """The best objective with the nodes of ``moved`` (node -> config) moved, every other node
+    and the options of the edges not at them as in ``(ch, ech)``: the options of the edges at
+    them by brute force."""
     ch = ch.copy()
-    ch[i] = k
-    incident = [e for e, (u, v, *_r) in enumerate(cg._norm) if i in (u, v)]
+    for i, k in moved.items():
+        ch[i] = k
+    incident = [e for e, (u, v, *_r) in enumerate(cg._norm) if u in moved or v in moved]
     best = None
     for opts in itertools.product(*[range(cg.n_options(e)) for e in incident]):
         trial = ech.copy()
@@ -50,7 +52,7 @@ def _graph(seed):
 
 @pytest.mark.parametrize("seed", range(16))
 @pytest.mark.parametrize("lam", LAMS)
-def test_descent_never_worsens_and_ends_where_no_one_node_move_improves(seed, lam):
+def test_descent_never_worsens_and_ends_where_no_node_or_edge_move_improves(seed, lam):
     cg = _graph(seed)
     rng = np.random.default_rng(seed)
     start = np.zeros(cg.n_nodes, dtype=np.int64)  # config 0 is never forbidden
@@ -67,8 +69,12 @@ def test_descent_never_worsens_and_ends_where_no_one_node_move_improves(seed, la
     reached = _value(m[0], t[0], lam)
     for i in range(cg.n_nodes):
         for k in range(cg.n_configs[i]):
-            moved = _best_with_node(cg, ch, ech, i, k, lam)
+            moved = _best_with(cg, ch, ech, {i: k}, lam)
             assert moved is None or not _beats(moved, reached), (i, k, moved, reached)
+    for u, v in {(min(u, v), max(u, v)) for u, v, *_r in cg._norm if u != v}:  # nor does moving both ends of an edge
+        for ku, kv in itertools.product(range(cg.n_configs[u]), range(cg.n_configs[v])):
+            moved = _best_with(cg, ch, ech, {u: ku, v: kv}, lam)
+            assert moved is None or not _beats(moved, reached), (u, v, ku, kv, moved, reached)
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -95,8 +101,12 @@ def test_ends_out_of_exact_reach_are_descended_and_their_gap_is_reported(seed, m
     fr = track(cg, epsilon=0.05, max_merged_configs=2)
     assert "lam=0" in fr.stats["anchors_skipped"] and "lam=inf" in fr.stats["anchors_skipped"]
     assert fr.stats["anchors"].startswith("skipped")
-    # the descended ends are never worse than the tracked ones, and every point is achievable
+    # the descended ends, and the points best for any weight, are never worse than the tracked
+    # ones, and every point is achievable
     assert fr.time.min() <= plain.time.min() and fr.memory.min() <= plain.memory.min()
+    for lam in np.geomspace(1e-9, 1e3, 13):
+        assert (fr.time + lam * fr.memory).min() <= (plain.time + lam * plain.memory).min() * (1 + 1e-12)
+    assert fr.stats.get("descent_gain", 0.0) >= 0.0
     m, t = evaluate(cg, fr.choices, fr.edge_choices)
     np.testing.assert_allclose(m, fr.memory, rtol=1e-12)
     np.testing.assert_allclose(t, fr.time, rtol=1e-12)

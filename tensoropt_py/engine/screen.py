@@ -454,7 +454,7 @@ def improving_moves(cg, choices, edge_choices, memory, time, front_memory, front
     return out
 
 
-_DESCENT_SWEEPS = 50  # sweeps of one-node moves before descend stops (each strictly improves)
+_DESCENT_SWEEPS = 20  # sweeps of moves before descend stops (each move strictly improves)
 
 
 def _objective(mem, tim, lam):
@@ -488,14 +488,95 @@ def _better(a, b):
     return a[0] <= b[0] + tol[0] and a[1] < b[1] - tol[1]
 
 
-def descend(cg, choices, edge_choices, lam, max_sweeps=_DESCENT_SWEEPS):
-    """A strategy that no one-node move improves for ``time + lam * memory``, reached from a
-    given strategy by such moves.
+def _at_best_option(rows, lam):
+    """:func:`_objective` of edge costs ``(..., R, 2)`` at the best option: ``(..., 2)``."""
+    cost = _objective(rows[..., 0], rows[..., 1], lam)
+    best = _argbest(cost, axis=-1)  # the options' axis, of the costs without their last one
+    return np.take_along_axis(cost, best[..., None, None], axis=-2)[..., 0, :]
 
-    Nodes are swept in order; each takes the config of least ``time + lam * memory`` with its
-    neighbours' configs fixed (the incident edges at their best option for it), when that beats
-    its current config; sweeps repeat until none moves (or ``max_sweeps``). With ``lam = inf``
-    the objective is memory, then time. Every move strictly improves the objective, so the
+
+class _Descent:
+    """The state of :func:`descend`: a strategy's configs and the objective of moving nodes."""
+
+    def __init__(self, cg, ch, lam):
+        self.cg, self.ch = cg, ch
+        self.inc = [[] for _ in range(cg.n_nodes)]
+        self.nbrs = [set() for _ in range(cg.n_nodes)]
+        best = {}  # per edge cost array (layers share theirs): its classes' pairs at their best option
+        self.best = []
+        for e, (u, v, _smap, _dmap, tab) in enumerate(cg._norm):
+            self.inc[u].append(e)
+            self.inc[v].append(e)
+            self.nbrs[u].add(v)
+            self.nbrs[v].add(u)
+            key = table_key(tab)
+            if key not in best:
+                best[key] = _at_best_option(tab, lam)  # (A, B, 2)
+            self.best.append(best[key])
+        self.node = [_objective(c[:, 0], c[:, 1], lam) for c in cg.node_costs]
+
+    def local(self, i, skip=-1):
+        """``(K_i, 2)``: node ``i``'s cost and its edges' (at their best option) per config, with
+        its neighbours' configs fixed; the edges to node ``skip`` left out."""
+        total = self.node[i].copy()
+        for e in self.inc[i]:
+            u, v, smap, dmap, _tab = self.cg._norm[e]
+            if skip in (u, v):
+                continue
+            total += self.best[e][smap, dmap[self.ch[v]]] if u == i else self.best[e][smap[self.ch[u]], dmap]
+        return total
+
+    def move_node(self, i):
+        total = self.local(i)
+        k = int(_argbest(total, axis=0))
+        if k != self.ch[i] and _better(total[k], total[self.ch[i]]):
+            self.ch[i] = k
+            return True
+        return False
+
+    def move_pair(self, u, v):
+        """Move the two ends of an edge together (all edges between them count jointly)."""
+        joint = self.local(u, skip=v)[:, None, :] + self.local(v, skip=u)[None, :, :]
+        for e in self.inc[u]:
+            a, b, smap, dmap, _tab = self.cg._norm[e]
+            if {a, b} == {u, v}:
+                pair = self.best[e][np.ix_(smap, dmap)]  # (K_a, K_b, 2)
+                joint += pair if a == u else pair.transpose(1, 0, 2)
+        flat = joint.reshape(-1, 2)
+        k = int(_argbest(flat, axis=0))
+        now = self.ch[u] * joint.shape[1] + self.ch[v]
+        if k != now and _better(flat[k], flat[now]):
+            self.ch[u], self.ch[v] = divmod(k, joint.shape[1])
+            return True
+        return False
+
+    def sweeps(self, max_sweeps):
+        """Move nodes, then edges' ends, until nothing moves; a move is only tried again once
+        something around it moved (a node's best config depends on its neighbours' alone)."""
+        pairs = sorted({(min(u, v), max(u, v)) for u, v, *_rest in self.cg._norm if u != v})
+        dirty = set(range(self.cg.n_nodes))
+        for _ in range(max_sweeps):
+            if not dirty:
+                break
+            now, dirty = dirty, set()
+            for i in sorted(now):
+                if self.move_node(i):
+                    dirty |= {i} | self.nbrs[i]
+            for u, v in pairs:
+                if (u in now or v in now or u in dirty or v in dirty) and self.move_pair(u, v):
+                    dirty |= {u, v} | self.nbrs[u] | self.nbrs[v]
+
+
+def descend(cg, choices, edge_choices, lam, max_sweeps=_DESCENT_SWEEPS):
+    """A strategy that no move of one node, or of the two ends of one edge, improves for
+    ``time + lam * memory``, reached from a given strategy by such moves.
+
+    Each sweep moves nodes (in order) to their config of least ``time + lam * memory`` with
+    their neighbours' configs fixed (the incident edges at their best option for it), then
+    edges' two ends together to their best pair of configs, each only when that beats what it
+    has; sweeps repeat until nothing moves (or ``max_sweeps``), the first over everything, the
+    next ones only around what moved (a move's value depends on its neighbourhood alone). With
+    ``lam = inf`` the objective is memory, then time. Every move strictly improves the objective, so the
     result is never worse than the start. A heuristic for the ends of a frontier whose exact
     optima (:func:`~tensoropt_py.engine.min_sum`) are out of reach.
 
@@ -505,12 +586,12 @@ def descend(cg, choices, edge_choices, lam, max_sweeps=_DESCENT_SWEEPS):
     choices : array_like of int, shape (n_nodes,)
         The starting strategy's configs.
     edge_choices : array_like of int, shape (n_edges,)
-        Its edges' options (kept where an edge's endpoints do not move and its option is
-        already the best; else the best option for the objective).
+        Its edges' options (kept where an option is already the best for the objective;
+        else the best one).
     lam : float
         Weight of memory (seconds per byte), ``>= 0``; ``inf``: least memory, then time.
     max_sweeps : int
-        Most sweeps over the nodes.
+        Most sweeps over the nodes and edges.
 
     Returns
     -------
@@ -529,10 +610,10 @@ def descend(cg, choices, edge_choices, lam, max_sweeps=_DESCENT_SWEEPS):
     >>> nodes = [np.array([[1.0, 4.0], [4.0, 1.0]])] * 2
     >>> edge = np.array([[[[0.0, 0.0]], [[0.0, 3.0]]], [[[0.0, 3.0]], [[0.0, 0.0]]]])
     >>> cg = CostGraph(nodes, [(0, 1, edge)])
-    >>> ch, ech = descend(cg, [0, 0], [0], 0.0)  # time 8: a move of one node alone costs 3 more
+    >>> ch, ech = descend(cg, [0, 1], [0], 0.0)  # time 8 -> 2: node 0 moves to its fast config
     >>> ch.tolist()
-    [0, 0]
-    >>> descend(cg, [0, 1], [0], 0.0)[0].tolist()  # time 8 -> 2: node 0 moves to its fast config
+    [1, 1]
+    >>> descend(cg, [0, 0], [0], 0.0)[0].tolist()  # a node alone would pay 3 more: both move
     [1, 1]
     """
     if not isinstance(cg, CostGraph):
@@ -549,32 +630,11 @@ def descend(cg, choices, edge_choices, lam, max_sweeps=_DESCENT_SWEEPS):
                                 f"got {ch.size} and {ech.size}")
     if ((ch < 0) | (ch >= np.asarray(cg.n_configs))).any():
         raise InvalidInputError("choices must be configs of their nodes (0 <= choice < n_configs)")
-    inc = [[] for _ in range(cg.n_nodes)]
-    for e, (u, v, *_rest) in enumerate(cg._norm):
-        inc[u].append(e)
-        inc[v].append(e)
-    node_cost = [_objective(c[:, 0], c[:, 1], lam) for c in cg.node_costs]
-    for _ in range(max_sweeps):
-        moved = False
-        for i in range(cg.n_nodes):
-            total = node_cost[i].copy()  # (K, 2): the node's cost and its edges' at their best option
-            for e in inc[i]:
-                u, v, smap, dmap, tab = cg._norm[e]
-                rows = tab[smap, dmap[ch[v]]] if u == i else tab[smap[ch[u]], dmap]  # (K, R, 2)
-                cost = _objective(rows[..., 0], rows[..., 1], lam)
-                best = _argbest(cost, axis=1)
-                total += np.take_along_axis(cost, best[:, None, None], axis=1)[:, 0]
-            k = int(_argbest(total, axis=0))
-            if k != ch[i] and _better(total[k], total[ch[i]]):
-                ch[i] = k
-                moved = True
-        if not moved:
-            break
+    _Descent(cg, ch, lam).sweeps(max_sweeps)
     for e, (u, v, smap, dmap, tab) in enumerate(cg._norm):
-        rows = tab[smap[ch[u]], dmap[ch[v]]]  # (R, 2)
-        cost = _objective(rows[:, 0], rows[:, 1], lam)
+        cost = _objective(tab[smap[ch[u]], dmap[ch[v]], :, 0], tab[smap[ch[u]], dmap[ch[v]], :, 1], lam)  # (R, 2)
         best = int(_argbest(cost, axis=0))
-        if _better(cost[best], cost[ech[e]]) if 0 <= ech[e] < rows.shape[0] else True:
+        if not 0 <= ech[e] < cost.shape[0] or _better(cost[best], cost[ech[e]]):
             ech[e] = best
     return ch, ech
 

@@ -360,10 +360,13 @@ def _end(mem, tim, lam):
 def _add_anchors(cg, mem, tim, ch, ech, stats, strict, max_bytes):
     """Union the fastest and the smallest strategy (exact, :func:`min_sum`) into a frontier.
 
-    An end whose exact optimum is out of reach is improved by one-node moves instead
-    (:func:`~.screen.descend` from the frontier's end), and ``stats["end_gaps"]`` says how far
-    the returned end may be from the optimum: its excess over the relaxation lower bound
-    (:func:`~.screen.lower_bounds`), ``"fastest"`` in time, ``"smallest"`` in memory."""
+    An end whose exact optimum is out of reach is improved by moves of nodes and of edges'
+    ends instead (:func:`~.screen.descend` from the frontier's end), and so are the points best
+    for ``_DESCENT_WEIGHTS`` weights across the frontier's slopes (``stats["descent_points"]``:
+    the points added, ``stats["descent_gain"]``: the largest relative fall of min(time + lam *
+    memory) among those weights); ``stats["end_gaps"]`` says how far the returned end may be
+    from the optimum: its excess over the relaxation lower bound (:func:`~.screen.lower_bounds`),
+    ``"fastest"`` in time, ``"smallest"`` in memory."""
     from ..errors import InfeasibleError as _Infeasible
     from .screen import descend, lower_bounds
 
@@ -378,8 +381,19 @@ def _add_anchors(cg, mem, tim, ch, ech, stats, strict, max_bytes):
             raise InvalidInputError("; ".join(why for _, why in skipped))
         stats["anchors_skipped"] = "; ".join(why for _, why in skipped)
     n_exact = 0 if ach is None else ach.shape[0]
+    gains = {}
     if skipped and mem.size:
-        descents = [descend(cg, ch[_end(mem, tim, lam)], ech[_end(mem, tim, lam)], lam) for lam, _ in skipped]
+        # the graph is too wide for exact optima: polish the ends, and the points best for
+        # weights spread over the frontier's slopes, by descent (the heuristic eliminations
+        # that such graphs need leave room)
+        starts = [(lam, _end(mem, tim, lam)) for lam, _ in skipped]
+        slopes = -np.diff(tim) / np.diff(mem)
+        slopes = slopes[np.isfinite(slopes) & (slopes > 0)]
+        if slopes.size:
+            for lam in np.geomspace(slopes.min(), slopes.max(), _DESCENT_WEIGHTS):
+                starts.append((float(lam), int(np.argmin(tim + lam * mem))))
+                gains[float(lam)] = float((tim + lam * mem).min())
+        descents = [descend(cg, ch[i], ech[i], lam) for lam, i in starts]
         dch = np.stack([d[0] for d in descents])
         dech = np.stack([d[1] for d in descents])
         ach = dch if ach is None else np.concatenate([ach, dch])
@@ -393,7 +407,9 @@ def _add_anchors(cg, mem, tim, ch, ech, stats, strict, max_bytes):
     # exact anchor points that were missing, or why there is none
     stats["anchors"] = int(((keep >= n0) & (keep < n0 + n_exact)).sum()) if n_exact else f"skipped: {skipped[0][1]}"
     if skipped:
-        stats["descent_points"] = int((keep >= n0 + n_exact).sum())  # points the one-node moves added
+        stats["descent_points"] = int((keep >= n0 + n_exact).sum())  # points the descents added
+        if gains:  # the largest relative fall of min(time + lam * memory) over the weights
+            stats["descent_gain"] = max(1 - float((tim + lam * mem).min()) / before for lam, before in gains.items())
         if rb is not None:
             bound = lower_bounds(rb)
             gaps = {}
@@ -405,6 +421,7 @@ def _add_anchors(cg, mem, tim, ch, ech, stats, strict, max_bytes):
     return mem, tim, ch, ech
 
 
+_DESCENT_WEIGHTS = 8  # weights across the frontier's slopes whose best points descend (ends out of exact reach)
 _WIDEN_ROUNDS = 4  # local-move widenings of the candidate configs (each a small exact track)
 _MOVE_SAMPLE = 64  # frontier strategies moved from per widening
 _SWEEP_WEIGHTS = 4  # exact optima of time + lam * memory whose configs join the candidates
@@ -558,10 +575,11 @@ def track(
         too wide, or would sum more than 2e9 terms (a few seconds), is skipped (``True``:
         raises). ``stats["anchors"]`` says what happened
         (``stats["anchors_skipped"]``: why an optimum is missing). An end so skipped is
-        improved by one-node moves from the frontier's end (:func:`~.screen.descend`), and
-        ``stats["end_gaps"]`` bounds how far it may still be from the optimum: its relative
-        excess over a lower bound of the relaxation (``"fastest"``: time, ``"smallest"``:
-        memory; 0 proves it optimal).
+        improved by moves of nodes and of edges' ends from the frontier's end
+        (:func:`~.screen.descend`), as are the points best for 8 weights across the frontier's
+        slopes, and ``stats["end_gaps"]`` bounds how far the end may still be from the optimum:
+        its relative excess over a lower bound of the relaxation (``"fastest"``: time,
+        ``"smallest"``: memory; 0 proves it optimal).
 
     max_memory : int or None
         Bytes the frontier tables may hold (None: 60% of the memory available at the
