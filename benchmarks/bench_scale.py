@@ -47,7 +47,8 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   ``h100-8x8`` (``--llama-devices``; ``--llama-layers`` for a shallower model): import,
   build and track seconds, configurations per operator, points, peak table bytes, peak
   resident memory, and for an end whose exact optimum is out of reach (too wide for
-  ``min_sum``) its gap to the relaxation lower bound after one-node descent (``end_gaps``).
+  ``min_sum``) its gap to the relaxation lower bound after descent (``end_gaps``), with the
+  points the descents added and the largest fall of min(time + lam * memory) they gave.
 
 Usage: python benchmarks/bench_scale.py [--cases transformer16_track fastest threads cyclic interval_peak iopddl
        candidates candidates_full mesh_loss llama] [--timeout 600] [--threads 1 2] [--thread-devices 8] [--max-memory 4e9]
@@ -298,7 +299,8 @@ for preset, devices in {llama_runs}:
     st = fr.stats
     out(case="llama", devices=devices, meshes=mcg.meshes, seconds=time.perf_counter() - t0, points=len(fr),
         epsilon=fr.epsilon, bound=fr.memory_bound_factor, heuristic=fr.n_heuristic, anchors=str(st.get("anchors"))[:80],
-        end_gaps=st.get("end_gaps"), descent_points=st.get("descent_points"), anchor_s=st.get("anchor_seconds"),
+        end_gaps=st.get("end_gaps"), descent_points=st.get("descent_points"), descent_gain=st.get("descent_gain"),
+        anchor_s=st.get("anchor_seconds"),
         retries=st.get("memory_limit_retries"), peak_gib=st["peak_table_bytes"] / 2**30,
         rss_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
         fastest=[float(fr.memory[-1]), float(fr.time[-1])], smallest=[float(fr.memory[0]), float(fr.time[0])])

@@ -360,15 +360,12 @@ def _end(mem, tim, lam):
 def _add_anchors(cg, mem, tim, ch, ech, stats, strict, max_bytes):
     """Union the fastest and the smallest strategy (exact, :func:`min_sum`) into a frontier.
 
-    An end whose exact optimum is out of reach is improved by moves of nodes and of edges'
-    ends instead (:func:`~.screen.descend` from the frontier's end), and so are the points best
-    for ``_DESCENT_WEIGHTS`` weights across the frontier's slopes (``stats["descent_points"]``:
-    the points added, ``stats["descent_gain"]``: the largest relative fall of min(time + lam *
-    memory) among those weights); ``stats["end_gaps"]`` says how far the returned end may be
-    from the optimum: its excess over the relaxation lower bound (:func:`~.screen.lower_bounds`),
-    ``"fastest"`` in time, ``"smallest"`` in memory."""
+    Where an exact optimum is out of reach, the descents of :func:`_descents` are united in
+    instead, and ``stats["end_gaps"]`` says how far the returned end may be from the optimum:
+    its excess over the relaxation lower bound (:func:`~.screen.lower_bounds`), ``"fastest"``
+    in time, ``"smallest"`` in memory."""
     from ..errors import InfeasibleError as _Infeasible
-    from .screen import descend, lower_bounds
+    from .screen import lower_bounds
 
     t0 = _time.perf_counter()
     try:
@@ -376,49 +373,61 @@ def _add_anchors(cg, mem, tim, ch, ech, stats, strict, max_bytes):
     except _Infeasible:
         stats["anchors"] = "infeasible"
         return mem, tim, ch, ech
+    n_exact = 0 if ach is None else ach.shape[0]
+    stats["anchors"] = f"skipped: {skipped[0][1]}" if not n_exact else 0
+    weights = []
     if skipped:
         if strict:
             raise InvalidInputError("; ".join(why for _, why in skipped))
         stats["anchors_skipped"] = "; ".join(why for _, why in skipped)
-    n_exact = 0 if ach is None else ach.shape[0]
-    gains = {}
-    if skipped and mem.size:
-        # the graph is too wide for exact optima: polish the ends, and the points best for
-        # weights spread over the frontier's slopes, by descent (the heuristic eliminations
-        # that such graphs need leave room)
-        starts = [(lam, _end(mem, tim, lam)) for lam, _ in skipped]
-        slopes = -np.diff(tim) / np.diff(mem)
-        slopes = slopes[np.isfinite(slopes) & (slopes > 0)]
-        if slopes.size:
-            for lam in np.geomspace(slopes.min(), slopes.max(), _DESCENT_WEIGHTS):
-                starts.append((float(lam), int(np.argmin(tim + lam * mem))))
-                gains[float(lam)] = float((tim + lam * mem).min())
-        descents = [descend(cg, ch[i], ech[i], lam) for lam, i in starts]
-        dch = np.stack([d[0] for d in descents])
-        dech = np.stack([d[1] for d in descents])
-        ach = dch if ach is None else np.concatenate([ach, dch])
-        aech = dech if aech is None else np.concatenate([aech, dech])
-    if ach is None:
-        stats["anchors"] = f"skipped: {skipped[0][1]}"
-        return mem, tim, ch, ech
-    am, at = evaluate(cg, ach, aech)
-    n0 = mem.size
-    mem, tim, ch, ech, keep = _union(mem, tim, ch, ech, am, at, ach, aech)
-    # exact anchor points that were missing, or why there is none
-    stats["anchors"] = int(((keep >= n0) & (keep < n0 + n_exact)).sum()) if n_exact else f"skipped: {skipped[0][1]}"
-    if skipped:
-        stats["descent_points"] = int((keep >= n0 + n_exact).sum())  # points the descents added
-        if gains:  # the largest relative fall of min(time + lam * memory) over the weights
-            stats["descent_gain"] = max(1 - float((tim + lam * mem).min()) / before for lam, before in gains.items())
-        if rb is not None:
-            bound = lower_bounds(rb)
-            gaps = {}
-            for lam, _ in skipped:
-                name, value, lb = ("smallest", mem.min(), bound[-1]) if np.isinf(lam) else ("fastest", tim.min(), bound[0])
-                gaps[name] = float(value / lb - 1) if lb > 0 else float("inf")
-            stats["end_gaps"] = gaps
+        if mem.size:
+            dch, dech, weights = _descents(cg, mem, tim, ch, ech, [lam for lam, _ in skipped])
+            ach = dch if ach is None else np.concatenate([ach, dch])
+            aech = dech if aech is None else np.concatenate([aech, dech])
+    if ach is not None:
+        am, at = evaluate(cg, ach, aech)
+        n0 = mem.size
+        before = {lam: float((tim + lam * mem).min()) for lam in weights}
+        mem, tim, ch, ech, keep = _union(mem, tim, ch, ech, am, at, ach, aech)
+        if n_exact:
+            stats["anchors"] = int(((keep >= n0) & (keep < n0 + n_exact)).sum())  # exact points that were missing
+        if skipped:
+            stats["descent_points"] = int((keep >= n0 + n_exact).sum())  # points the descents added
+        if before:  # the largest relative fall of min(time + lam * memory) over the weights
+            stats["descent_gain"] = max(1 - float((tim + lam * mem).min()) / value for lam, value in before.items())
+    if skipped and rb is not None and mem.size:
+        bound = lower_bounds(rb)
+        gaps = {}
+        for lam, _ in skipped:  # the bound's rows: lam = 0 first, memory last
+            if np.isinf(lam):
+                gaps["smallest"] = _gap(mem.min(), bound[-1])
+            else:
+                gaps["fastest"] = _gap(tim.min(), bound[0])
+        stats["end_gaps"] = gaps
     stats["anchor_seconds"] = _time.perf_counter() - t0
     return mem, tim, ch, ech
+
+
+def _gap(value, bound):
+    """Relative excess of ``value`` over a lower ``bound`` of it."""
+    return float(value / bound - 1) if bound > 0 else (0.0 if value == 0 else float("inf"))
+
+
+def _descents(cg, mem, tim, ch, ech, ends):
+    """Strategies descended (:func:`~.screen.descend`) from a frontier whose exact optima are out
+    of reach, where the heuristic eliminations such graphs need leave room: from its end for
+    each lam of ``ends`` (0: the fastest, inf: the smallest), and from its points best for
+    ``_DESCENT_WEIGHTS`` weights spread over its slopes. Returns ``(choices, edge_choices,
+    weights)``."""
+    from .screen import descend
+
+    starts = [(lam, _end(mem, tim, lam)) for lam in ends]
+    slopes = -np.diff(tim) / np.diff(mem)
+    slopes = slopes[np.isfinite(slopes) & (slopes > 0)]
+    weights = [float(lam) for lam in np.geomspace(slopes.min(), slopes.max(), _DESCENT_WEIGHTS)] if slopes.size else []
+    starts += [(lam, int(np.argmin(tim + lam * mem))) for lam in weights]
+    found = [descend(cg, ch[i], ech[i], lam) for lam, i in starts]
+    return np.stack([c for c, _ in found]), np.stack([e for _, e in found]), weights
 
 
 _DESCENT_WEIGHTS = 8  # weights across the frontier's slopes whose best points descend (ends out of exact reach)
