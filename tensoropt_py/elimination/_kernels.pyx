@@ -532,7 +532,7 @@ cdef int _process(Src* src, i64 c0, i64 c1, Buf* B, i64* counts, i64 stair_limit
     cdef const i64* cells
     cdef Lst* l
     cdef double sm, st, m, tt, best, lim
-    cdef bint ok, done, stair, several
+    cdef bint ok, done, stair
     cdef i64 stair_state[3]
     cdef const double* btim
     for c in range(c0, c1):
@@ -565,15 +565,10 @@ cdef int _process(Src* src, i64 c0, i64 c1, Buf* B, i64* counts, i64 stair_limit
                     base = s
             if not ok or base < 0:
                 continue
-            several = False
-            for s in range(S):
-                if s != base and sz[s] > 1:
-                    several = True
-            if stair and several and stair_state[0] > 0:
+            if stair and stair_state[0] > 0:
                 # the whole term is dominated when its ideal corner is: summed like its lists'
                 # points (base last), from each cell's least memory and least time (rounding is
-                # monotone, so no point of the term falls below the corner); a term of one list
-                # gets the same test from the merge
+                # monotone, so no point of the term falls below the corner)
                 sm = 0.0
                 st = 0.0
                 for s in range(S):
