@@ -10,6 +10,10 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   the exact single-objective optima (:func:`tensoropt_py.engine.min_sum`), and the
   measured gap of the frontier's ``min(time + lam * memory)`` to the exact optimum for
   several ``lam`` (how approximate the default frontier is, measured);
+* ``transformer16_limits``: what stands between that case and seconds: ``track`` without
+  anchors at epsilon 1e-3, 3e-3 and 1e-2 (seconds, points, proven bound, product terms and
+  points combined), and the configs the relaxation bounds prove useless given its default
+  frontier (run ``transformer16_track`` first) for 12, 24 and 48 weights;
 * ``threads``: ``track`` on the Transformer at ``--thread-devices`` devices with
   ``threads=1, 2, ...`` (``--threads``), epsilon 1e-3;
 * ``cyclic``: random cyclic graphs with 1e18 sentinels: exact ``track`` (both methods)
@@ -50,7 +54,7 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   ``min_sum``) its gap to the relaxation lower bound after descent (``end_gaps``), with the
   points the descents added and the largest fall of min(time + lam * memory) they gave.
 
-Usage: python benchmarks/bench_scale.py [--cases transformer16_track fastest threads cyclic interval_peak iopddl
+Usage: python benchmarks/bench_scale.py [--cases transformer16_track transformer16_limits fastest threads cyclic interval_peak iopddl
        candidates candidates_full mesh_loss llama] [--timeout 600] [--threads 1 2] [--thread-devices 8] [--max-memory 4e9]
        [--candidate-graphs 1x16] [--llama-devices 32 64] [--llama-layers 32] [--llama-loss]
 """
@@ -111,6 +115,20 @@ for lam in [0.0, 1e-11, 3e-11, 1e-10, 3e-10, float("inf")]:
     fmin = float(m.min()) if np.isinf(lam) else float((t + lam * m).min())
     out(case="min_sum", lam=lam, seconds=s, exact=o.value, frontier=fmin, rel_gap=(fmin - o.value) / o.value,
         memory=o.memory, time=o.time)
+""",
+    "transformer16_limits": r"""
+from tensoropt_py.engine.screen import lam_grid, relaxation_bounds, screen_out
+cg = build_cost_graph(zoo.transformer(), to.Cluster.preset("v100-2x8"), 16).cost_graph
+for eps in (1e-3, 3e-3, 1e-2):
+    t0 = time.perf_counter(); fr = track(cg, epsilon=eps, anchors=False); s = time.perf_counter() - t0
+    out(case="epsilon", epsilon=eps, seconds=s, points=len(fr), bound=fr.memory_bound_factor,
+        terms=fr.stats["terms"], output_points=fr.stats["points"])
+d = np.load("/tmp/_bench_scale_t16.npz")
+for n in (12, 24, 48):
+    t0 = time.perf_counter(); rb = relaxation_bounds(cg, lam_grid(cg, n)); s = time.perf_counter() - t0
+    drop = screen_out(rb, d["memory"], d["time"])
+    out(case="screen", weights=n, bounds_seconds=s, configs=int(sum(cg.n_configs)),
+        proven_useless=int(sum(int(x.sum()) for x in drop)))
 """,
     "threads": r"""
 cg = build_cost_graph(zoo.transformer(), to.Cluster.preset("v100-2x8"), {devices}).cost_graph
