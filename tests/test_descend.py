@@ -8,7 +8,8 @@ import pytest
 
 from tensoropt_py.engine import CostGraph, evaluate, min_sum, track
 from tensoropt_py.engine.random_graphs import random_cyclic_graph, random_small_dag
-from tensoropt_py.engine.screen import descend, lower_bounds, relaxation_bounds
+from tensoropt_py.engine.polish import descend, reoptimize_windows
+from tensoropt_py.engine.screen import lower_bounds, relaxation_bounds
 from tensoropt_py.errors import InvalidInputError
 
 LAMS = [0.0, 1e-9, 1.0, np.inf]
@@ -131,3 +132,40 @@ def test_descend_rejects_bad_input():
         descend(cg, [0], [0], 0.0)
     with pytest.raises(InvalidInputError, match="configs of their nodes"):
         descend(cg, [0, 2], [0], 0.0)
+
+
+@pytest.mark.parametrize("seed", range(16))
+@pytest.mark.parametrize("lam", LAMS)
+def test_windows_never_worsen_and_one_window_of_every_node_is_the_exact_optimum(seed, lam):
+    cg = _graph(seed)
+    try:
+        exact = min_sum(cg, lam)
+    except Exception:  # every strategy forbidden
+        return
+    start = np.zeros(cg.n_nodes, dtype=np.int64)  # config 0 is never forbidden (but may meet a forbidden edge)
+    m0, t0 = evaluate(cg, start[None], np.zeros((1, cg.n_edges), dtype=np.int64))
+    for window in (1, 2, 3, cg.n_nodes):
+        ch, ech, solved = reoptimize_windows(cg, start, np.zeros(cg.n_edges, dtype=np.int64), lam, window=window)
+        m, t = evaluate(cg, ch[None], ech[None])
+        assert solved >= 1
+        if np.isfinite(m0[0]) and np.isfinite(t0[0]):
+            assert not _beats(_value(m0[0], t0[0], lam), _value(m[0], t[0], lam))
+    # the last run solved the whole graph as one window: the exact optimum
+    assert _value(m[0], t[0], lam) == pytest.approx(_value(exact.memory, exact.time, lam), rel=1e-9)
+
+
+def test_windows_leave_a_window_too_wide_as_it_is():
+    cg = random_cyclic_graph(n_nodes=6, max_k=4, edge_prob=0.9, seed=3)
+    start = np.zeros(cg.n_nodes, dtype=np.int64)
+    ch, _, solved = reoptimize_windows(cg, start, np.zeros(cg.n_edges, dtype=np.int64), 0.0, window=6, max_entries=1)
+    assert solved == 0 and ch.tolist() == start.tolist()
+
+
+def test_windows_reject_bad_input():
+    cg = CostGraph([np.array([[1.0, 2.0], [2.0, 1.0]])] * 2, [(0, 1, np.zeros((2, 2, 2)))])
+    for kwargs, match in [(dict(window=0), "window"), (dict(max_entries=0), "max_entries"),
+                          (dict(max_work=0), "max_work")]:
+        with pytest.raises(InvalidInputError, match=match):
+            reoptimize_windows(cg, [0, 0], [0], 0.0, **kwargs)
+    with pytest.raises(InvalidInputError, match="lam must be"):
+        reoptimize_windows(cg, [0, 0], [0], -1.0)

@@ -381,7 +381,8 @@ def _add_anchors(cg, mem, tim, ch, ech, stats, strict, max_bytes):
             raise InvalidInputError("; ".join(why for _, why in skipped))
         stats["anchors_skipped"] = "; ".join(why for _, why in skipped)
         if mem.size:
-            dch, dech, weights = _descents(cg, mem, tim, ch, ech, [lam for lam, _ in skipped])
+            bound = None if rb is None else lower_bounds(rb)
+            dch, dech, weights = _descents(cg, mem, tim, ch, ech, [lam for lam, _ in skipped], bound)
             ach = dch if ach is None else np.concatenate([ach, dch])
             aech = dech if aech is None else np.concatenate([aech, dech])
     if ach is not None:
@@ -413,20 +414,36 @@ def _gap(value, bound):
     return float(value / bound - 1) if bound > 0 else (0.0 if value == 0 else float("inf"))
 
 
-def _descents(cg, mem, tim, ch, ech, ends):
-    """Strategies descended (:func:`~.screen.descend`) from a frontier whose exact optima are out
-    of reach, where the heuristic eliminations such graphs need leave room: from its end for
-    each lam of ``ends`` (0: the fastest, inf: the smallest), and from its points best for
-    ``_DESCENT_WEIGHTS`` weights spread over its slopes. Returns ``(choices, edge_choices,
-    weights)``."""
-    from .screen import descend
+def _proven(cg, choices, edge_choices, lam, bound):
+    """Whether lower ``bound`` (:func:`~.screen.lower_bounds`, or None) proves a strategy
+    optimal for ``lam`` (0: its time, inf: its memory)."""
+    if bound is None:
+        return False
+    m, t = evaluate(cg, choices, edge_choices)
+    value, least = (m[0], bound[-1]) if np.isinf(lam) else (t[0], bound[0])
+    return bool(value <= least * (1 + _SCREEN_TOL))
 
-    starts = [(lam, _end(mem, tim, lam)) for lam in ends]
+
+def _descents(cg, mem, tim, ch, ech, ends, bound):
+    """Strategies improved by local search (:mod:`.polish`) from a frontier whose exact optima
+    are out of reach, where the heuristic eliminations such graphs need leave room: from its
+    end for each lam of ``ends`` (0: the fastest, inf: the smallest), by descent, then, unless
+    the lower ``bound`` (:func:`~.screen.lower_bounds`, or None) proves it optimal, windows
+    re-solved exactly and descent again; and from its points best for ``_DESCENT_WEIGHTS``
+    weights spread over its slopes, by descent. Returns ``(choices, edge_choices, weights)``."""
+    from .polish import descend, reoptimize_windows
+
+    found = []
+    for lam in ends:
+        c, e = descend(cg, ch[_end(mem, tim, lam)], ech[_end(mem, tim, lam)], lam)
+        if not _proven(cg, c, e, lam, bound):
+            c, e, _ = reoptimize_windows(cg, c, e, lam)
+            c, e = descend(cg, c, e, lam)
+        found.append((c, e))
     slopes = -np.diff(tim) / np.diff(mem)
     slopes = slopes[np.isfinite(slopes) & (slopes > 0)]
     weights = [float(lam) for lam in np.geomspace(slopes.min(), slopes.max(), _DESCENT_WEIGHTS)] if slopes.size else []
-    starts += [(lam, int(np.argmin(tim + lam * mem))) for lam in weights]
-    found = [descend(cg, ch[i], ech[i], lam) for lam, i in starts]
+    found += [descend(cg, ch[i], ech[i], lam) for lam, i in ((lam, int(np.argmin(tim + lam * mem))) for lam in weights)]
     return np.stack([c for c, _ in found]), np.stack([e for _, e in found]), weights
 
 
