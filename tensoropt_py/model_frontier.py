@@ -236,7 +236,8 @@ class Frontier:
         if self.meshes_restricted:
             why.append(f"{self.meshes} meshes only")
         if self.fastest_gap is not None:
-            why.append(f"fastest point within {100 * self.fastest_gap:.2f}% of a proven lower bound")
+            why.append("fastest point proven fastest by a lower bound" if self.fastest_gap <= 1e-9 else
+                       f"fastest point within {100 * self.fastest_gap:.2f}% of a proven lower bound")
         return "approximate: " + (", ".join(why) if why else "restricted space")
 
     def plot(self, path=None, **kwargs):
