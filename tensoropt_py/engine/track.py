@@ -362,10 +362,9 @@ def _add_anchors(cg, mem, tim, ch, ech, stats, strict, max_bytes):
 
     Where an exact optimum is out of reach, the descents of :func:`_descents` are united in
     instead, and ``stats["end_gaps"]`` says how far the returned end may be from the optimum:
-    its excess over the relaxation lower bound (:func:`~.screen.lower_bounds`), ``"fastest"``
-    in time, ``"smallest"`` in memory."""
+    its excess over a lower bound (:func:`_end_bounds`), ``"fastest"`` in time, ``"smallest"``
+    in memory."""
     from ..errors import InfeasibleError as _Infeasible
-    from .screen import lower_bounds
 
     t0 = _time.perf_counter()
     try:
@@ -381,7 +380,7 @@ def _add_anchors(cg, mem, tim, ch, ech, stats, strict, max_bytes):
             raise InvalidInputError("; ".join(why for _, why in skipped))
         stats["anchors_skipped"] = "; ".join(why for _, why in skipped)
         if mem.size:
-            bound = None if rb is None else lower_bounds(rb)
+            bound = _end_bounds(cg, rb, [lam for lam, _ in skipped], mem, tim)
             dch, dech, weights = _descents(cg, mem, tim, ch, ech, [lam for lam, _ in skipped], bound)
             ach = dch if ach is None else np.concatenate([ach, dch])
             aech = dech if aech is None else np.concatenate([aech, dech])
@@ -396,17 +395,33 @@ def _add_anchors(cg, mem, tim, ch, ech, stats, strict, max_bytes):
             stats["descent_points"] = int((keep >= n0 + n_exact).sum())  # points the descents added
         if before:  # the largest relative fall of min(time + lam * memory) over the weights
             stats["descent_gain"] = max(1 - float((tim + lam * mem).min()) / value for lam, value in before.items())
-    if skipped and rb is not None and mem.size:
-        bound = lower_bounds(rb)
+    if skipped and mem.size:
         gaps = {}
-        for lam, _ in skipped:  # the bound's rows: lam = 0 first, memory last
+        for lam, _ in skipped:
             if np.isinf(lam):
-                gaps["smallest"] = _gap(mem.min(), bound[-1])
+                gaps["smallest"] = _gap(mem.min(), bound[1])
             else:
                 gaps["fastest"] = _gap(tim.min(), bound[0])
         stats["end_gaps"] = gaps
     stats["anchor_seconds"] = _time.perf_counter() - t0
     return mem, tim, ch, ech
+
+
+def _end_bounds(cg, rb, lams, mem, tim):
+    """Lower bounds of the least time and the least memory, as an array ``(time, memory)``:
+    the relaxation's (:func:`~.screen.lower_bounds` of ``rb``; 0 without it), raised by
+    :func:`~.screen.window_bound` for each lam of ``lams`` (0 or inf) whose frontier end it does
+    not prove optimal."""
+    from .screen import lower_bounds, window_bound
+
+    bound = np.zeros(2) if rb is None else lower_bounds(rb)[[0, -1]]
+    for lam in lams:
+        row, value = (1, mem.min()) if np.isinf(lam) else (0, tim.min())
+        if value > bound[row] * (1 + _SCREEN_TOL):
+            windows = window_bound(cg, lam)
+            if windows is not None:
+                bound[row] = max(bound[row], windows)
+    return bound
 
 
 def _gap(value, bound):
@@ -415,12 +430,10 @@ def _gap(value, bound):
 
 
 def _proven(cg, choices, edge_choices, lam, bound):
-    """Whether lower ``bound`` (:func:`~.screen.lower_bounds`, or None) proves a strategy
-    optimal for ``lam`` (0: its time, inf: its memory)."""
-    if bound is None:
-        return False
+    """Whether lower bounds ``bound`` (:func:`_end_bounds`) prove a strategy optimal for
+    ``lam`` (0: its time, inf: its memory)."""
     m, t = evaluate(cg, choices, edge_choices)
-    value, least = (m[0], bound[-1]) if np.isinf(lam) else (t[0], bound[0])
+    value, least = (m[0], bound[1]) if np.isinf(lam) else (t[0], bound[0])
     return bool(value <= least * (1 + _SCREEN_TOL))
 
 
@@ -428,7 +441,7 @@ def _descents(cg, mem, tim, ch, ech, ends, bound):
     """Strategies improved by local search (:mod:`.polish`) from a frontier whose exact optima
     are out of reach, where the heuristic eliminations such graphs need leave room: from its
     end for each lam of ``ends`` (0: the fastest, inf: the smallest), by descent, then, unless
-    the lower ``bound`` (:func:`~.screen.lower_bounds`, or None) proves it optimal, windows
+    the lower bounds ``bound`` (:func:`_end_bounds`) prove it optimal, windows
     re-solved exactly and descent again; and from its points best for ``_DESCENT_WEIGHTS``
     weights spread over its slopes, by descent. Returns ``(choices, edge_choices, weights)``."""
     from .polish import descend, reoptimize_windows
