@@ -418,9 +418,10 @@ def test_frontier_says_how_far_a_fastest_point_out_of_exact_reach_may_be(monkeyp
     monkeypatch.setattr(importlib.import_module("tensoropt_py.engine.track"), "AUTO_EPSILON_CELL_POINTS", 1)
     monkeypatch.setattr(importlib.import_module("tensoropt_py.engine.scalar"), "MAX_FACTOR_ENTRIES", 1)
     fr = to.frontier("mlp", CLUSTER, devices=4, cache=False)
+    # measured against a bound at least as tight as the relaxation's (a window bound may prove it)
     bound = lower_bounds(relaxation_bounds(fr.model_cost_graph.cost_graph, [0.0]))[0]
-    assert fr.fastest_gap == pytest.approx(fr.time.min() / bound - 1, rel=1e-9, abs=1e-12)
-    assert fr.fastest_gap >= -1e-12 and "of a proven lower bound" in fr.accuracy
+    assert -1e-12 <= fr.fastest_gap <= fr.time.min() / bound - 1 + 1e-12
+    assert "lower bound" in fr.accuracy
     back = api.Frontier.from_json(fr.to_json(tmp_path / "f.json"))
     assert back.fastest_gap == fr.fastest_gap
     monkeypatch.undo()
