@@ -523,11 +523,11 @@ def window_bound(cg, lam, window=_WINDOW_BOUND, max_entries=5_000_000, max_work=
     Examples
     --------
     >>> import numpy as np
-    >>> nodes = [np.array([[1.0, 4.0], [4.0, 1.0]])] * 3
-    >>> edge = np.array([[[[0.0, 0.0]], [[0.0, 3.0]]], [[[0.0, 3.0]], [[0.0, 0.0]]]])
-    >>> cg = CostGraph(nodes, [(0, 1, edge), (1, 2, edge)])
-    >>> window_bound(cg, 0.0, window=3), window_bound(cg, 0.0, window=1)  # exact; each node alone
-    (3.0, 3.0)
+    >>> switch = np.array([[[0.0, 0.0], [0.0, 5.0]], [[0.0, 5.0], [0.0, 0.0]]])  # time 5 to change layout
+    >>> cg = CostGraph([np.array([[1.0, 1.0], [1.0, 2.0]]), np.array([[1.0, 2.0], [1.0, 1.0]])],
+    ...                [(0, 1, switch)])
+    >>> window_bound(cg, 0.0, window=2), window_bound(cg, 0.0, window=1)  # exact; the edge relaxed
+    (3.0, 2.0)
     """
     if not isinstance(cg, CostGraph):
         raise InvalidInputError(f"cg must be a CostGraph, got {type(cg).__name__}")
