@@ -614,11 +614,13 @@ def track(
         too wide, or would sum more than 2e9 terms (a few seconds), is skipped (``True``:
         raises). ``stats["anchors"]`` says what happened
         (``stats["anchors_skipped"]``: why an optimum is missing). An end so skipped is
-        improved by moves of nodes and of edges' ends from the frontier's end
-        (:func:`~.screen.descend`), as are the points best for 8 weights across the frontier's
-        slopes, and ``stats["end_gaps"]`` bounds how far the end may still be from the optimum:
-        its relative excess over a lower bound of the relaxation (``"fastest"``: time,
-        ``"smallest"``: memory; 0 proves it optimal).
+        improved by local search from the frontier's end (:mod:`.polish`: descent, and windows
+        of 40 operators re-solved exactly unless a bound proves the end), as are the points
+        best for 8 weights across the frontier's slopes (by descent), and
+        ``stats["end_gaps"]`` bounds how far the end may still be from the optimum: its
+        relative excess over lower bounds of the relaxation and of windows solved exactly
+        (:func:`~.screen.window_bound`) (``"fastest"``: time, ``"smallest"``: memory; 0
+        proves it optimal).
 
     max_memory : int or None
         Bytes the frontier tables may hold (None: 60% of the memory available at the
