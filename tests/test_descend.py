@@ -171,7 +171,7 @@ def test_windows_leave_a_window_too_wide_as_it_is():
 def test_windows_reject_bad_input():
     cg = CostGraph([np.array([[1.0, 2.0], [2.0, 1.0]])] * 2, [(0, 1, np.zeros((2, 2, 2)))])
     for kwargs, match in [(dict(window=0), "window"), (dict(max_entries=0), "max_entries"),
-                          (dict(max_work=0), "max_work")]:
+                          (dict(max_work=0), "max_work"), (dict(max_work="many"), "max_work")]:
         with pytest.raises(InvalidInputError, match=match):
             reoptimize_windows(cg, [0, 0], [0], 0.0, **kwargs)
     with pytest.raises(InvalidInputError, match="lam must be"):
@@ -193,7 +193,7 @@ def test_window_bounds_never_pass_the_exact_optimum_and_one_window_is_it(seed, l
 def test_window_bound_is_none_when_a_window_is_too_wide_and_rejects_bad_input():
     cg = random_cyclic_graph(n_nodes=6, max_k=4, edge_prob=0.9, seed=3)
     assert window_bound(cg, 0.0, window=6, max_entries=1) is None
-    for kwargs, match in [(dict(window=0), "window"), (dict(max_entries=0), "max_entries"), (dict(max_work=0), "max_work")]:
+    for kwargs, match in [(dict(window=0), "window"), (dict(max_entries=0), "max_entries"), (dict(max_work=0), "max_work"), (dict(max_work="many"), "max_work")]:
         with pytest.raises(InvalidInputError, match=match):
             window_bound(cg, 0.0, **kwargs)
     with pytest.raises(InvalidInputError, match="lam must be"):

@@ -229,8 +229,6 @@ def descend(cg, choices, edge_choices, lam, max_sweeps=_DESCENT_SWEEPS):
     return ch, ech
 
 
-
-
 _WINDOW = 40  # nodes per window of reoptimize_windows (Llama-8B-shaped layers: most are narrow enough)
 _WINDOW_MAX_ENTRIES = 5_000_000  # min_sum's largest factor in one window
 _WINDOW_MAX_WORK = 2e8  # and its terms: a window past either is left as it is
@@ -288,8 +286,8 @@ def reoptimize_windows(cg, choices, edge_choices, lam, window=_WINDOW, max_entri
     ch, ech, lam = _check(cg, choices, edge_choices, lam)
     _check_count("window", window)
     _check_count("max_entries", max_entries)
-    if not max_work > 0:
-        raise InvalidInputError(f"max_work must be > 0, got {max_work!r}")
+    if isinstance(max_work, bool) or not isinstance(max_work, (int, float, np.number)) or not max_work > 0:
+        raise InvalidInputError(f"max_work must be a number > 0, got {max_work!r}")
     order = np.asarray(cg.topological_order, dtype=np.int64)
     state = _Descent(cg, ch, lam)
     step = max(1, window // 2)

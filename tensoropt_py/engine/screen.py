@@ -537,8 +537,8 @@ def window_bound(cg, lam, window=_WINDOW_BOUND, max_entries=5_000_000, max_work=
     for name, value in (("window", window), ("max_entries", max_entries)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise InvalidInputError(f"{name} must be an integer >= 1, got {value!r}")
-    if not max_work > 0:
-        raise InvalidInputError(f"max_work must be > 0, got {max_work!r}")
+    if isinstance(max_work, bool) or not isinstance(max_work, (int, float, np.number)) or not max_work > 0:
+        raise InvalidInputError(f"max_work must be a number > 0, got {max_work!r}")
     order = np.asarray(cg.topological_order, dtype=np.int64)
     part = np.empty(cg.n_nodes, dtype=np.int64)
     part[order] = np.arange(cg.n_nodes) // window
