@@ -274,6 +274,19 @@ cdef inline i64 _settle(const double* bm, const double* bt, double sm, double st
     return pos
 
 
+cdef inline i64 _append_point(SP* b, i64 k, double m, double t, i64 li, i64 pos) noexcept nogil:
+    """Append point ``pos`` of list ``li`` (shifted to (m, t), faster than every point kept) to
+    the staircase ``b[:k]``; returns its new length. A last point of the same memory is
+    replaced (shifted memories may round to one value: the faster one stays)."""
+    if k > 0 and b[k - 1].m == m:
+        k -= 1
+    b[k].m = m
+    b[k].t = t
+    b[k].li = li
+    b[k].pos = pos
+    return k + 1
+
+
 cdef i64 _merge_into(Src* src, Buf* B, i64 n, i64 li, i64 limit, i64* work) noexcept nogil:
     """Frontier of staircase ``B.sa[:n]`` (from lists before ``li``) and list ``li`` into
     ``B.sb``; returns its length, -1 past ``limit`` points, -2 out of memory; adds its work to
@@ -347,14 +360,8 @@ cdef i64 _merge_into(Src* src, Buf* B, i64 n, i64 li, i64 limit, i64* work) noex
             else:
                 i = _first_faster(&a[0].t, _SP_STRIDE, 0.0, i + 1, n, best)
         elif lt < best:
-            if k > 0 and b[k - 1].m == lm:
-                k -= 1  # shifted points whose memory rounds to one value: the faster replaces it
-            b[k].m = lm
-            b[k].t = lt
-            b[k].li = li
-            b[k].pos = j
+            k = _append_point(b, k, lm, lt, li, j)
             best = lt
-            k += 1
             j += 1
         else:
             j = _first_faster(bt, 1, L.st, j + 1, L.end, best)
@@ -368,15 +375,8 @@ cdef i64 _merge_into(Src* src, Buf* B, i64 n, i64 li, i64 limit, i64* work) noex
     while j < L.end:
         lt = bt[j] + L.st
         if lt < best:
-            lm = bm[j] + L.sm
-            if k > 0 and b[k - 1].m == lm:
-                k -= 1
-            b[k].m = lm
-            b[k].t = lt
-            b[k].li = li
-            b[k].pos = j
+            k = _append_point(b, k, bm[j] + L.sm, lt, li, j)
             best = lt
-            k += 1
         j += 1
     if k > limit:
         return -1

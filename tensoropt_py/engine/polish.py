@@ -20,7 +20,7 @@ import numpy as np
 from ..elimination.table import table_key
 from ..errors import InfeasibleError, InvalidInputError
 from .cost_graph import CostGraph, LayoutEdge, evaluate
-from .scalar import min_sum
+from .scalar import _weigh, min_sum
 
 __all__ = ["descend", "reoptimize_windows"]
 
@@ -65,15 +65,11 @@ _DESCENT_SWEEPS = 20  # sweeps of moves before descend stops (each move strictly
 
 def _objective(mem, tim, lam):
     """Costs ``(..., 2)`` in the order :func:`descend` compares them: ``(time + lam * memory,
-    0)`` for a finite lam, ``(memory, time)`` for lam = inf; +inf where forbidden."""
-    bad = ~(np.isfinite(mem) & np.isfinite(tim))
-    if np.isinf(lam):
-        out = np.stack([mem, tim], axis=-1).astype(np.float64)
-    else:
-        with np.errstate(invalid="ignore"):  # 0 * inf: forbidden entries are set below
-            out = np.stack([tim + lam * mem, np.zeros_like(tim)], axis=-1)
-    out[bad] = np.inf
-    return out
+    0)`` for a finite lam, ``(memory, time)`` for lam = inf; the first +inf where forbidden
+    (:func:`~.scalar._weigh`'s costs, given a second component for a finite lam so that every
+    objective compares as a pair)."""
+    out = _weigh(mem, tim, lam)
+    return out if out.shape[-1] == 2 else np.concatenate([out, np.zeros_like(out)], axis=-1)
 
 
 def _argbest(cost, axis):

@@ -483,11 +483,9 @@ _WINDOW_BOUND = 20  # nodes per window of window_bound (Llama-8B-shaped: 1 s, ti
 
 
 def _weighted(mem, tim, lam):
-    """``time + lam * memory`` (memory for lam = inf); +inf where forbidden."""
-    bad = ~(np.isfinite(mem) & np.isfinite(tim))
-    with np.errstate(invalid="ignore"):  # 0 * inf: forbidden entries are set below
-        out = mem.astype(np.float64) if np.isinf(lam) else tim + lam * mem
-    return np.where(bad, np.inf, out)
+    """``time + lam * memory`` (memory for lam = inf); +inf where forbidden: the one row of
+    :func:`_weigh` for that weight."""
+    return _weigh(mem, tim, np.array([] if np.isinf(lam) else [lam]))[0]
 
 
 def window_bound(cg, lam, window=_WINDOW_BOUND, max_entries=5_000_000, max_work=2e8):

@@ -448,7 +448,8 @@ def _descents(cg, mem, tim, ch, ech, ends, bound):
 
     found = []
     for lam in ends:
-        c, e = descend(cg, ch[_end(mem, tim, lam)], ech[_end(mem, tim, lam)], lam)
+        i = _end(mem, tim, lam)
+        c, e = descend(cg, ch[i], ech[i], lam)
         if not _proven(cg, c, e, lam, bound):
             c, e, _ = reoptimize_windows(cg, c, e, lam)
             c, e = descend(cg, c, e, lam)
