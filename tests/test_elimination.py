@@ -240,14 +240,25 @@ def test_staged_products_and_batched_terms_stay_exact(seed, monkeypatch):
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_unique_rows_matches_numpy(seed):
-    from tensoropt_py.elimination.table import _unique_rows
+@pytest.mark.parametrize("given_radices", [True, False])
+def test_unique_rows_matches_numpy(seed, given_radices):
+    from tensoropt_py.elimination.table import unique_rows
 
     rng = np.random.default_rng(seed)
     radices = [int(r) for r in rng.integers(1, 7, size=3)]
     rows = np.stack([rng.integers(0, r, size=200) for r in radices], axis=1).astype(np.int64)
-    uniq, inv = _unique_rows(rows, radices)
-    u2, i2 = np.unique(rows, axis=0, return_inverse=True)
-    np.testing.assert_array_equal(uniq, u2)
+    first, inv = unique_rows(rows, radices if given_radices else None)
+    u2, f2, i2 = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+    np.testing.assert_array_equal(first, f2)
     np.testing.assert_array_equal(inv, i2.reshape(-1))
-    np.testing.assert_array_equal(uniq[inv], rows)
+    np.testing.assert_array_equal(rows[first][inv], rows)
+
+
+def test_unique_rows_past_an_int64_key():
+    """Radices whose product passes 2**62 fall back to sorting rows: same answer."""
+    from tensoropt_py.elimination.table import unique_rows
+
+    rows = np.array([[5, 2**40], [0, 3], [5, 2**40], [0, 1]], dtype=np.int64)
+    first, inv = unique_rows(rows, [2**30, 2**41])
+    assert first.tolist() == [3, 1, 0]
+    assert inv.tolist() == [2, 1, 2, 0]

@@ -32,7 +32,7 @@ import numpy as np
 from ..errors import MemoryLimitError
 from .kernels import MAX_SLOTS, KernelBudgetExceeded, reduce_ragged, resolve_threads, run_kernel
 
-__all__ = ["FTable", "Context", "ExactBudgetSpent"]
+__all__ = ["FTable", "Context", "ExactBudgetSpent", "unique_rows"]
 
 _I32 = np.iinfo(np.int32).max
 _MAX_TERMS_PER_BATCH = 1 << 22  # terms built per kernel call by Context.combine_gen
@@ -269,7 +269,8 @@ class Context:
         if direct <= _STAGE_FACTOR * term_cells.shape[0]:
             return None
         first = multi[:-1]
-        uniq, inv = _unique_rows(term_cells[:, first], [parents[s].n_cells for s in first])
+        firsts, inv = unique_rows(term_cells[:, first], [parents[s].n_cells for s in first])
+        uniq = term_cells[firsts][:, first]
         P = self.combine([parents[s] for s in first], np.arange(uniq.shape[0] + 1), uniq, thin=False)
         rest = [s for s in range(len(parents)) if s not in first]
         cells = np.column_stack([inv.reshape(-1)] + [term_cells[:, s] for s in rest])
@@ -443,9 +444,9 @@ class Context:
         first = multi[:-1]
         rows = row[first].T
         low = rows.min(axis=0)
-        uniq, inv = _unique_rows(rows - low, [int(r) + 1 for r in rows.max(axis=0) - low])
-        staged = self.combine([parents[s] for s in first], np.arange(uniq.shape[0] * U + 1),
-                              _written_out((uniq + low).T, col[first]), thin=False)
+        firsts, inv = unique_rows(rows - low, [int(r) + 1 for r in rows.max(axis=0) - low])
+        staged = self.combine([parents[s] for s in first], np.arange(firsts.shape[0] * U + 1),
+                              _written_out(rows[firsts].T, col[first]), thin=False)
         rest = [s for s in range(len(parents)) if s not in first]
         new_row = np.concatenate([(inv * U)[None, :], row[rest]])
         new_col = np.concatenate([np.arange(U, dtype=np.int64)[None, :], col[rest]])
@@ -478,20 +479,31 @@ def table_key(table):
     return (table.__array_interface__["data"][0], table.shape, table.strides)
 
 
-def _unique_rows(rows, radices):
-    """``np.unique(rows, axis=0, return_inverse=True)`` (rows of non-negative cell indices
-    below ``radices``), via one mixed-radix int64 key per row when it fits (much faster)."""
+def unique_rows(rows, radices=None):
+    """``np.unique(rows, axis=0, return_index=True, return_inverse=True)`` without the rows:
+    the index of the first occurrence of every distinct row (rows in lexicographic order) and
+    every row's position among them, for rows of non-negative integers below ``radices`` (one
+    per column; None: each column's maximum + 1), via one mixed-radix int64 key per row when
+    it fits (much faster than sorting rows).
+
+    >>> first, inv = unique_rows(np.array([[1, 0], [0, 2], [1, 0]]))
+    >>> first.tolist(), inv.tolist()
+    ([1, 0], [1, 0, 1])
+    """
+    rows = np.asarray(rows)
+    if radices is None:
+        radices = rows.max(axis=0) + 1 if rows.shape[0] else np.ones(rows.shape[1], dtype=np.int64)
     total = 1
     for r in radices:
         total *= max(int(r), 1)
     if total >= 1 << 62:
-        uniq, inv = np.unique(rows, axis=0, return_inverse=True)
-        return uniq, inv.reshape(-1)
+        _, first, inv = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+        return first, inv.reshape(-1)
     key = np.zeros(rows.shape[0], dtype=np.int64)
     for j, r in enumerate(radices):
         key = key * max(int(r), 1) + rows[:, j]
     _, first, inv = np.unique(key, return_index=True, return_inverse=True)
-    return rows[first], inv.reshape(-1)
+    return first, inv.reshape(-1)
 
 
 def _compact(prov, parents):

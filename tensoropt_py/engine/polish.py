@@ -64,34 +64,34 @@ _DESCENT_SWEEPS = 20  # sweeps of moves before descend stops (each move strictly
 
 
 def _objective(mem, tim, lam):
-    """Costs ``(..., 2)`` in the order :func:`descend` compares them: ``(time + lam * memory,
-    0)`` for a finite lam, ``(memory, time)`` for lam = inf; the first +inf where forbidden
-    (:func:`~.scalar._weigh`'s costs, given a second component for a finite lam so that every
-    objective compares as a pair)."""
-    out = _weigh(mem, tim, lam)
-    return out if out.shape[-1] == 2 else np.concatenate([out, np.zeros_like(out)], axis=-1)
+    """Costs in the order :func:`descend` compares them (:func:`~.scalar._weigh`): ``(..., 1)``
+    holding ``time + lam * memory``, or for lam = inf ``(..., 2)`` holding (memory, time); the
+    first component +inf where forbidden."""
+    return _weigh(mem, tim, lam)
 
 
 def _argbest(cost, axis):
-    """Index of the least of ``cost (..., 2)`` along ``axis``, its second component breaking
-    ties of the first (within ``_REL_TOL``)."""
+    """Index of the least of costs ``(..., width)`` along ``axis``: the first within
+    ``_REL_TOL`` of the least first component, or of those the one of least second component."""
     first = cost[..., 0].min(axis=axis, keepdims=True)
     with np.errstate(invalid="ignore"):
         tie = cost[..., 0] <= first + _REL_TOL * np.abs(first)
+    if cost.shape[-1] == 1:
+        return tie.argmax(axis=axis)
     return np.where(tie, cost[..., 1], np.inf).argmin(axis=axis)
 
 
 def _better(a, b):
-    """Whether cost pair ``a`` beats ``b`` by more than rounding (first component, then second;
-    a finite cost beats a forbidden one)."""
+    """Whether cost ``a`` beats ``b`` by more than rounding (first component, then second if
+    any; a finite cost beats a forbidden one)."""
     tol = [_REL_TOL * abs(x) if np.isfinite(x) else 0.0 for x in b]
     if a[0] < b[0] - tol[0]:
         return True
-    return a[0] <= b[0] + tol[0] and a[1] < b[1] - tol[1]
+    return len(b) > 1 and a[0] <= b[0] + tol[0] and a[1] < b[1] - tol[1]
 
 
 def _at_best_option(rows, lam):
-    """:func:`_objective` of edge costs ``(..., R, 2)`` at the best option: ``(..., 2)``."""
+    """:func:`_objective` of edge costs ``(..., R, 2)`` at the best option: ``(..., width)``."""
     cost = _objective(rows[..., 0], rows[..., 1], lam)
     best = _argbest(cost, axis=-1)  # the options' axis, of the costs without their last one
     return np.take_along_axis(cost, best[..., None, None], axis=-2)[..., 0, :]
@@ -113,12 +113,12 @@ class _Descent:
             self.nbrs[v].add(u)
             key = table_key(tab)
             if key not in best:
-                best[key] = _at_best_option(tab, lam)  # (A, B, 2)
+                best[key] = _at_best_option(tab, lam)  # (A, B, width)
             self.best.append(best[key])
         self.node = [_objective(c[:, 0], c[:, 1], lam) for c in cg.node_costs]
 
     def local(self, i, skip=-1):
-        """``(K_i, 2)``: node ``i``'s cost and its edges' (at their best option) per config, with
+        """``(K_i, width)``: node ``i``'s cost and its edges' (at their best option) per config, with
         its neighbours' configs fixed; the edges to node ``skip`` left out."""
         total = self.node[i].copy()
         for e in self.inc[i]:
@@ -142,9 +142,9 @@ class _Descent:
         for e in self.inc[u]:
             a, b, smap, dmap, _tab = self.cg._norm[e]
             if {a, b} == {u, v}:
-                pair = self.best[e][np.ix_(smap, dmap)]  # (K_a, K_b, 2)
+                pair = self.best[e][np.ix_(smap, dmap)]  # (K_a, K_b, width)
                 joint += pair if a == u else pair.transpose(1, 0, 2)
-        flat = joint.reshape(-1, 2)
+        flat = joint.reshape(-1, joint.shape[-1])
         k = int(_argbest(flat, axis=0))
         now = self.ch[u] * joint.shape[1] + self.ch[v]
         if k != now and _better(flat[k], flat[now]):
@@ -332,7 +332,7 @@ def _window_graph(cg, state, nodes, inside):
 
 
 def _value(sub, choices, lam):
-    """The objective pair (:func:`_objective`) of configs ``choices`` of a window graph, its
+    """The objective (:func:`_objective`) of configs ``choices`` of a window graph, its
     edges at their best option."""
     ech = np.full(sub.n_edges, -1, dtype=np.int64)
     _best_options(sub, choices, ech, lam)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..elimination.table import unique_rows
 from ..errors import InfeasibleError, InvalidInputError
 from .cost_graph import CostGraph, evaluate
 
@@ -317,8 +318,7 @@ def _eliminate(cg, lam, max_entries, numeric):
         inv, rep = {}, {}
         for z in scope:
             cols = np.stack([factors[f][1][factors[f][0].index(z)] for f in fids if z in factors[f][0]], axis=1)
-            _, rep[z], inv[z] = np.unique(cols, axis=0, return_index=True, return_inverse=True)
-            inv[z] = inv[z].reshape(-1)
+            rep[z], inv[z] = unique_rows(cols)
         shape = [rep[z].shape[0] for z in scope]
         out_size = math.prod(shape[1:])
         work += out_size * shape[0]

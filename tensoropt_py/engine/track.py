@@ -362,9 +362,10 @@ def _add_anchors(cg, mem, tim, ch, ech, stats, strict, max_bytes):
 
     Where an exact optimum is out of reach, the descents of :func:`_descents` are united in
     instead, and ``stats["end_gaps"]`` says how far the returned end may be from the optimum:
-    its excess over a lower bound (:func:`_end_bounds`), ``"fastest"`` in time, ``"smallest"``
-    in memory."""
+    its excess over a lower bound (the relaxation's, raised by :func:`_raise_bound` where that
+    does not prove the end), ``"fastest"`` in time, ``"smallest"`` in memory."""
     from ..errors import InfeasibleError as _Infeasible
+    from .screen import lower_bounds
 
     t0 = _time.perf_counter()
     try:
@@ -380,7 +381,7 @@ def _add_anchors(cg, mem, tim, ch, ech, stats, strict, max_bytes):
             raise InvalidInputError("; ".join(why for _, why in skipped))
         stats["anchors_skipped"] = "; ".join(why for _, why in skipped)
         if mem.size:
-            bound = _end_bounds(cg, rb, [lam for lam, _ in skipped], mem, tim)
+            bound = np.zeros(2) if rb is None else lower_bounds(rb)[[0, -1]]
             dch, dech, weights = _descents(cg, mem, tim, ch, ech, [lam for lam, _ in skipped], bound)
             ach = dch if ach is None else np.concatenate([ach, dch])
             aech = dech if aech is None else np.concatenate([aech, dech])
@@ -407,21 +408,15 @@ def _add_anchors(cg, mem, tim, ch, ech, stats, strict, max_bytes):
     return mem, tim, ch, ech
 
 
-def _end_bounds(cg, rb, lams, mem, tim):
-    """Lower bounds of the least time and the least memory, as an array ``(time, memory)``:
-    the relaxation's (:func:`~.screen.lower_bounds` of ``rb``; 0 without it), raised by
-    :func:`~.screen.window_bound` for each lam of ``lams`` (0 or inf) whose frontier end it does
-    not prove optimal."""
-    from .screen import lower_bounds, window_bound
+def _raise_bound(cg, bound, lam):
+    """Raise the lower bound of the least time (lam = 0: ``bound[0]``) or of the least memory
+    (lam = inf: ``bound[1]``), in place, to :func:`~.screen.window_bound`'s where that is higher."""
+    from .screen import window_bound
 
-    bound = np.zeros(2) if rb is None else lower_bounds(rb)[[0, -1]]
-    for lam in lams:
-        row, value = (1, mem.min()) if np.isinf(lam) else (0, tim.min())
-        if value > bound[row] * (1 + _SCREEN_TOL):
-            windows = window_bound(cg, lam)
-            if windows is not None:
-                bound[row] = max(bound[row], windows)
-    return bound
+    windows = window_bound(cg, lam)
+    row = 1 if np.isinf(lam) else 0
+    if windows is not None:
+        bound[row] = max(bound[row], windows)
 
 
 def _gap(value, bound):
@@ -430,7 +425,7 @@ def _gap(value, bound):
 
 
 def _proven(cg, choices, edge_choices, lam, bound):
-    """Whether lower bounds ``bound`` (:func:`_end_bounds`) prove a strategy optimal for
+    """Whether lower bounds ``bound`` (``(time, memory)``) prove a strategy optimal for
     ``lam`` (0: its time, inf: its memory)."""
     m, t = evaluate(cg, choices, edge_choices)
     value, least = (m[0], bound[1]) if np.isinf(lam) else (t[0], bound[0])
@@ -441,15 +436,19 @@ def _descents(cg, mem, tim, ch, ech, ends, bound):
     """Strategies improved by local search (:mod:`.polish`) from a frontier whose exact optima
     are out of reach, where the heuristic eliminations such graphs need leave room: from its
     end for each lam of ``ends`` (0: the fastest, inf: the smallest), by descent, then, unless
-    the lower bounds ``bound`` (:func:`_end_bounds`) prove it optimal, windows
-    re-solved exactly and descent again; and from its points best for ``_DESCENT_WEIGHTS``
-    weights spread over its slopes, by descent. Returns ``(choices, edge_choices, weights)``."""
+    the lower bounds ``bound`` (``(time, memory)``) prove it optimal, windows re-solved exactly
+    and descent again; and from its points best for ``_DESCENT_WEIGHTS`` weights spread over its
+    slopes, by descent. Where the bound given does not prove a descended end, it is first
+    raised in place (:func:`_raise_bound`), which costs about as much as a descent, so an end
+    the cheap bound proves never pays for it. Returns ``(choices, edge_choices, weights)``."""
     from .polish import descend, reoptimize_windows
 
     found = []
     for lam in ends:
         i = _end(mem, tim, lam)
         c, e = descend(cg, ch[i], ech[i], lam)
+        if not _proven(cg, c, e, lam, bound):
+            _raise_bound(cg, bound, lam)
         if not _proven(cg, c, e, lam, bound):
             c, e, _ = reoptimize_windows(cg, c, e, lam)
             c, e = descend(cg, c, e, lam)
