@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Literal, Mapping
 
 from .errors import CalibrationError, InvalidInputError
-from .units import format_bytes, format_flops, format_rate, format_time, parse_bytes, parse_flops, parse_rate, parse_time
+from .units import (format_bytes, format_flops, format_rate, format_time, parse_bytes, parse_count, parse_flops, parse_rate,
+                    parse_time)
 
 __all__ = [
     "DeviceSpec",
@@ -90,9 +91,7 @@ def normalize_dtype(dtype) -> str:
 
 
 def _positive_int(value, what):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidInputError(f"{what} must be a positive integer, got {value!r}")
-    return value
+    return parse_count(value, what)
 
 
 # --------------------------------------------------------------------------------------------

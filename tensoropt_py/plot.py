@@ -24,6 +24,7 @@ from .errors import InvalidInputError
 from .units import MEMORY_UNITS as _MEMORY_UNITS
 from .units import TIME_UNITS as _TIME_UNITS
 from .units import display_unit as _unit
+from .units import parse_count
 
 
 
@@ -353,8 +354,7 @@ def plot_timeline(simulation, *, devices: int | None = 4, measured_time: float |
     >>> [t.get_text() for t in fig.axes[0].get_yticklabels()]
     ['device 0 compute', 'device 0 network']
     """
-    if devices is not None and (isinstance(devices, bool) or not isinstance(devices, int) or devices < 1):
-        raise InvalidInputError(f"devices must be a positive int or None, got {devices!r}")
+    parse_count(devices, "devices", allow_none=True)
     timeline = tuple(getattr(plan, "memory_timeline", ()) or ())
     mem_ax = None
     if timeline and ax is None:

@@ -1,4 +1,4 @@
-"""Human-friendly sizes, rates, FLOP rates and durations.
+"""Human-friendly sizes, rates, FLOP rates and durations; counts checked.
 
 Everything inside tensoropt_py is in base SI units stored as ``float``: **bytes**,
 **bytes per second**, **FLOP per second** and **seconds**. This module turns the strings
@@ -32,6 +32,9 @@ Examples
 (120.0, 0.5)
 >>> format_bytes(14.5e9), format_time(3.2e-5)
 ('14.5 GB', '32 us')
+
+Counts (devices, steps, limits) take no unit: :func:`parse_count` checks that one is an
+integer (a bool, a float or a string is refused, even ``4.0``) at or above its least value.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ __all__ = [
     "parse_rate",
     "parse_flops",
     "parse_time",
+    "parse_count",
     "format_bytes",
     "format_rate",
     "format_flops",
@@ -295,6 +299,48 @@ def parse_time(value, *, allow_zero=False):
     if factor is None:
         _fail("duration", value, _TIME_FORMS, f"unknown unit {unit!r}")
     return _check(number * factor, value, "duration", _TIME_FORMS, allow_zero)
+
+
+def parse_count(value, name, *, least=1, allow_none=False):
+    """Check a count (of devices, steps, points...): an integer at or above ``least``.
+
+    Parameters
+    ----------
+    value : int
+        The count (a Python or NumPy integer; a bool, a float or a string is refused).
+    name : str
+        What the count is, for the error message.
+    least : int, default 1
+        The least allowed value.
+    allow_none : bool, default False
+        Accept None (returned as is), for counts whose default is decided elsewhere.
+
+    Returns
+    -------
+    int or None
+
+    Raises
+    ------
+    InvalidInputError
+        Naming ``name``, the value and what is allowed.
+
+    Examples
+    --------
+    >>> parse_count(4, "devices")
+    4
+    >>> parse_count(0, "warmup", least=0)
+    0
+    >>> parse_count(4.0, "devices")
+    Traceback (most recent call last):
+    ...
+    tensoropt_py.errors.InvalidInputError: devices must be an integer >= 1, got 4.0
+    """
+    if allow_none and value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+        allowed = f"{'None or ' if allow_none else ''}an integer >= {least}"
+        raise InvalidInputError(f"{name} must be {allowed}, got {value!r}")
+    return int(value)
 
 
 def _format_scaled(x, units, digits):

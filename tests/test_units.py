@@ -1,7 +1,9 @@
-"""tensoropt_py.units: parsing and formatting of sizes, rates, FLOP rates and durations."""
+"""tensoropt_py.units: parsing and formatting of sizes, rates, FLOP rates and durations; counts."""
 
 import math
+import re
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -13,6 +15,7 @@ from tensoropt_py.units import (
     format_rate,
     format_time,
     parse_bytes,
+    parse_count,
     parse_flops,
     parse_rate,
     parse_time,
@@ -177,3 +180,19 @@ def test_time_round_trip(x):
 def test_rate_and_flops_round_trip(x):
     assert parse_rate(format_rate(x, digits=12)) == pytest.approx(x, rel=1e-10)
     assert parse_flops(format_flops(x, digits=12)) == pytest.approx(x, rel=1e-10)
+
+
+@pytest.mark.parametrize("value", [0, -3, True, False, 2.0, "2", None, [2]])
+def test_parse_count_refuses_what_is_not_a_count(value):
+    with pytest.raises(InvalidInputError, match=f"devices must be an integer >= 1, got {re.escape(repr(value))}"):
+        parse_count(value, "devices")
+
+
+def test_parse_count_accepts_integers_from_least():
+    assert parse_count(np.int64(3), "k") == 3 and type(parse_count(np.int64(3), "k")) is int
+    assert parse_count(0, "warmup", least=0) == 0
+    assert parse_count(None, "threads", allow_none=True) is None
+    with pytest.raises(InvalidInputError, match="threads must be None or an integer >= 1, got 0"):
+        parse_count(0, "threads", allow_none=True)
+    with pytest.raises(InvalidInputError, match="window must be an integer >= 2, got 1"):
+        parse_count(1, "window", least=2)

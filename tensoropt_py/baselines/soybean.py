@@ -146,6 +146,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..errors import InvalidInputError
+from ..units import parse_count
 
 __all__ = ["REP", "RED", "GRAD", "MatMul", "Contraction", "conv_layouts", "Elementwise", "BatchOnly", "Update", "TilingGraph", "CutResult",
            "conversion_fraction", "parse_tiling", "format_tiling", "flatten", "matmul_cost", "op_cost",
@@ -887,8 +888,7 @@ def one_cut(graph: TilingGraph, *, shapes: Mapping | None = None, extents: Mappi
 
 
 def _check_k(k):
-    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-        raise InvalidInputError(f"the number of cuts must be a non-negative int, got {k!r}")
+    parse_count(k, "the number of cuts", least=0)
 
 
 def k_cuts(graph: TilingGraph, k: int) -> CutResult:
@@ -1003,8 +1003,7 @@ def mlp_graph(batch: int, sizes, *, activation: bool = False, loss: bool = False
     >>> [op.name for op in g.ops][:4], g.shape("W2")
     (['fwd1', 'fwd2', 'dX2', 'dW2'], (6, 2))
     """
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise InvalidInputError(f"batch must be a positive int, got {batch!r}")
+    parse_count(batch, "batch")
     sizes = tuple(sizes)
     if len(sizes) < 2 or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in sizes):
         raise InvalidInputError(f"sizes must be at least two positive ints, got {sizes!r}")
@@ -1052,8 +1051,7 @@ def section_2_2_traffic(layers: int, width: int, batch: int, devices: int, group
     (57.6, 76.8, 33.6)
     """
     for k, v in {"layers": layers, "width": width, "batch": batch, "devices": devices, "groups": groups}.items():
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise InvalidInputError(f"{k} must be a positive int, got {v!r}")
+        parse_count(v, k)
     if devices % groups:
         raise InvalidInputError(f"{groups} groups do not divide {devices} devices")
     params = width * width * layers * itemsize

@@ -8,6 +8,7 @@ from typing import Mapping
 
 from ..cluster import ComputeTable, write_calibration
 from ..errors import InvalidInputError
+from ..units import parse_count
 from .timing import auto_sync, check_counts, measure
 
 __all__ = ["calibrate_compute", "calibrate_model_compute", "model_compute_entries", "model_update_entries"]
@@ -319,8 +320,7 @@ def calibrate_model_compute(graph, cluster, devices, *, repeats: int = 5, warmup
     from ..inputs import load_cluster, load_model
 
     check_counts(repeats, warmup)
-    if max_entries is not None and (isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1):
-        raise InvalidInputError(f"max_entries must be a positive int or None, got {max_entries!r}")
+    parse_count(max_entries, "max_entries", allow_none=True)
     graph = load_model(graph)
     cluster = load_cluster(cluster)
     if device is None:

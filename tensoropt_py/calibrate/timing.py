@@ -9,6 +9,7 @@ from typing import Callable, Sequence
 
 from ..cluster import COLLECTIVES, group_signature
 from ..errors import InvalidInputError
+from ..units import parse_count
 
 __all__ = ["machine_ids", "partition_plans", "color_of", "buffer_elements", "measure", "check_counts", "auto_sync"]
 
@@ -106,10 +107,8 @@ def _itemsize(nbytes: int) -> int:
 
 
 def check_counts(repeats, warmup):
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise InvalidInputError(f"repeats must be a positive int, got {repeats!r}")
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise InvalidInputError(f"warmup must be a non-negative int, got {warmup!r}")
+    parse_count(repeats, "repeats")
+    parse_count(warmup, "warmup", least=0)
 
 
 def measure(fn: Callable[[], object], repeats: int = 10, warmup: int = 2, sync: Callable[[], object] | None = None,

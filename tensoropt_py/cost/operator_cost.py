@@ -64,7 +64,6 @@ True
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np

@@ -16,6 +16,7 @@ from typing import Literal
 import numpy as np
 
 from ..errors import InvalidInputError
+from ..units import parse_count
 from . import _kernels
 from ._kernels import KernelBudgetExceeded
 
@@ -39,8 +40,7 @@ def resolve_threads(threads):
     """
     if threads is None:
         return max(1, os.cpu_count() or 1)
-    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
-        raise InvalidInputError(f"threads must be None or an integer >= 1, got {threads!r}")
+    parse_count(threads, "threads", allow_none=True)
     return int(threads)
 
 

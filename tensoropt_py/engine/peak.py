@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import InfeasibleError, InvalidInputError
+from ..units import parse_count
 from .algebra import frontier_indices
 from .cost_graph import MAX_BRUTE_FORCE_STRATEGIES, CostGraph, _check_choices, evaluate
 
@@ -903,8 +904,7 @@ def _check_options(limit, max_nodes, iterations, max_enumerate, rtol, max_entrie
         raise InvalidInputError(f"limit must be a number of bytes >= 0 (or inf), got {limit!r}")
     for name, val in (("max_nodes", max_nodes), ("iterations", iterations), ("max_enumerate", max_enumerate),
                       ("max_entries", max_entries)):
-        if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1:
-            raise InvalidInputError(f"{name} must be an integer >= 1, got {val!r}")
+        parse_count(val, name)
     if not (isinstance(rtol, (int, float)) and 0 <= rtol < 1):
         raise InvalidInputError(f"rtol must be a float in [0, 1), got {rtol!r}")
     return limit
@@ -1050,8 +1050,7 @@ def peak_frontier(cg, usage, *, max_points=10_000, max_nodes=1000, iterations=50
         raise InvalidInputError(f"cg must be a CostGraph, got {type(cg).__name__}")
     _check_pair(cg, usage)
     _check_options(0.0, max_nodes, iterations, max_enumerate, rtol, max_entries)
-    if isinstance(max_points, bool) or not isinstance(max_points, (int, np.integer)) or max_points < 1:
-        raise InvalidInputError(f"max_points must be an integer >= 1, got {max_points!r}")
+    parse_count(max_points, "max_points")
     points, exact, limit, solves = [], True, math.inf, 0
     base = _Search(cg, usage, limit, iterations, max_enumerate, rtol, max_entries)
     while True:

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..elimination.table import table_key
 from ..errors import InfeasibleError, InvalidInputError
+from ..units import parse_count
 from .cost_graph import CostGraph, LayoutEdge, evaluate
 from .scalar import _weigh, min_sum
 
@@ -42,11 +43,6 @@ def _check(cg, choices, edge_choices, lam):
     if ((ch < 0) | (ch >= np.asarray(cg.n_configs))).any():
         raise InvalidInputError("choices must be configs of their nodes (0 <= choice < n_configs)")
     return ch, ech, lam
-
-
-def _check_count(name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise InvalidInputError(f"{name} must be an integer >= 1, got {value!r}")
 
 
 def _best_options(cg, ch, ech, lam):
@@ -219,7 +215,7 @@ def descend(cg, choices, edge_choices, lam, max_sweeps=_DESCENT_SWEEPS):
     [1, 1]
     """
     ch, ech, lam = _check(cg, choices, edge_choices, lam)
-    _check_count("max_sweeps", max_sweeps)
+    parse_count(max_sweeps, "max_sweeps")
     _Descent(cg, ch, lam).sweeps(max_sweeps)
     _best_options(cg, ch, ech, lam)
     return ch, ech
@@ -280,8 +276,8 @@ def reoptimize_windows(cg, choices, edge_choices, lam, window=_WINDOW, max_entri
     ([1, 1, 1], 1)
     """
     ch, ech, lam = _check(cg, choices, edge_choices, lam)
-    _check_count("window", window)
-    _check_count("max_entries", max_entries)
+    parse_count(window, "window")
+    parse_count(max_entries, "max_entries")
     if isinstance(max_work, bool) or not isinstance(max_work, (int, float, np.number)) or not max_work > 0:
         raise InvalidInputError(f"max_work must be a number > 0, got {max_work!r}")
     order = np.asarray(cg.topological_order, dtype=np.int64)

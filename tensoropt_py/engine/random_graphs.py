@@ -17,6 +17,7 @@ import numpy as np
 
 from .._random import as_generator
 from ..errors import InvalidInputError
+from ..units import parse_count
 from .cost_graph import CostGraph, LayoutEdge
 from .peak import IntervalUsage
 
@@ -37,12 +38,6 @@ def _check_fraction(name, x, below_one=False):
     if not 0 <= x <= 1:
         raise InvalidInputError(f"{name} must be in [0, 1], got {x!r}")
     return x
-
-
-def _check_int(name, x, lo):
-    if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x < lo:
-        raise InvalidInputError(f"{name} must be an integer >= {lo}, got {x!r}")
-    return int(x)
 
 
 def _node_costs(rng, k, integer):
@@ -162,11 +157,11 @@ def random_chain(n, k, layouts=None, options=1, seed=None, integer_costs=False):
     >>> str(cg)
     'CostGraph(nodes=5, edges=4, K<=4)'
     """
-    n = _check_int("n", n, 1)
-    k = _check_int("k", k, 1)
-    options = _check_int("options", options, 1)
+    n = parse_count(n, "n")
+    k = parse_count(k, "k")
+    options = parse_count(options, "options")
     if layouts is not None:
-        layouts = _check_int("layouts", layouts, 1)
+        layouts = parse_count(layouts, "layouts")
     b = _Builder(as_generator(seed), layouts, options, integer_costs)
     for _ in range(n):
         b.node(k)
@@ -189,12 +184,12 @@ def random_layered_dag(n_layers, width, k, layouts=None, options=1, skip_prob=0.
     >>> cg.n_nodes
     7
     """
-    n_layers = _check_int("n_layers", n_layers, 1)
-    width = _check_int("width", width, 1)
-    k = _check_int("k", k, 1)
-    options = _check_int("options", options, 1)
+    n_layers = parse_count(n_layers, "n_layers")
+    width = parse_count(width, "width")
+    k = parse_count(k, "k")
+    options = parse_count(options, "options")
     if layouts is not None:
-        layouts = _check_int("layouts", layouts, 1)
+        layouts = parse_count(layouts, "layouts")
     _check_fraction("skip_prob", skip_prob)
     rng = as_generator(seed)
     b = _Builder(rng, layouts, options, integer_costs)
@@ -234,9 +229,9 @@ def random_small_dag(n_nodes=None, max_k=4, edge_prob=0.35, multi_edge_prob=0.15
     rng = as_generator(seed)
     if n_nodes is None:
         n_nodes = int(rng.integers(1, 8))
-    n_nodes = _check_int("n_nodes", n_nodes, 1)
-    max_k = _check_int("max_k", max_k, 1)
-    max_options = _check_int("max_options", max_options, 1)
+    n_nodes = parse_count(n_nodes, "n_nodes")
+    max_k = parse_count(max_k, "max_k")
+    max_options = parse_count(max_options, "max_options")
     b = _Builder(rng, None, 1, integer_costs, inf_prob)
     for _ in range(n_nodes):
         b.node(int(rng.integers(1, max_k + 1)))
@@ -286,9 +281,9 @@ def random_cyclic_graph(n_nodes=None, max_k=3, edge_prob=0.45, forbidden_prob=0.
     rng = as_generator(seed)
     if n_nodes is None:
         n_nodes = int(rng.integers(3, 8))
-    n_nodes = _check_int("n_nodes", n_nodes, 1)
-    max_k = _check_int("max_k", max_k, 1)
-    max_options = _check_int("max_options", max_options, 1)
+    n_nodes = parse_count(n_nodes, "n_nodes")
+    max_k = parse_count(max_k, "max_k")
+    max_options = parse_count(max_options, "max_options")
     _check_fraction("edge_prob", edge_prob)
     _check_fraction("forbidden_prob", forbidden_prob, below_one=True)
     b = _Builder(rng, None, 1, integer_costs, 0.2)
@@ -355,9 +350,9 @@ def random_sparse_cyclic_graph(n_nodes, k, chord_prob=0.5, window=4, forbidden_p
     >>> cg.n_nodes, cg.acyclic
     (50, False)
     """
-    n_nodes = _check_int("n_nodes", n_nodes, 3)
-    k = _check_int("k", k, 1)
-    window = _check_int("window", window, 2)
+    n_nodes = parse_count(n_nodes, "n_nodes", least=3)
+    k = parse_count(k, "k")
+    window = parse_count(window, "window", least=2)
     _check_fraction("chord_prob", chord_prob)
     _check_fraction("forbidden_prob", forbidden_prob, below_one=True)
     rng = as_generator(seed)
@@ -408,8 +403,8 @@ def random_interval_usage(cg, max_span=8, horizon=None, empty_prob=0.0, seed=Non
     """
     if not isinstance(cg, CostGraph):
         raise InvalidInputError(f"cg must be a CostGraph, got {type(cg).__name__}")
-    max_span = _check_int("max_span", max_span, 1)
-    horizon = cg.n_nodes if horizon is None else _check_int("horizon", horizon, 1)
+    max_span = parse_count(max_span, "max_span")
+    horizon = cg.n_nodes if horizon is None else parse_count(horizon, "horizon")
     _check_fraction("empty_prob", empty_prob)
     rng = as_generator(seed)
     n = cg.n_nodes

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..elimination.table import table_key
 from ..errors import InfeasibleError, InvalidInputError, MemoryLimitError
+from ..units import parse_count
 from .algebra import frontier_indices
 from .cost_graph import CostGraph, LayoutEdge
 from .scalar import min_sum
@@ -532,9 +533,8 @@ def window_bound(cg, lam, window=_WINDOW_BOUND, max_entries=5_000_000, max_work=
     lam = float(lam)
     if not lam >= 0:
         raise InvalidInputError(f"lam must be a weight >= 0 (or inf), got {lam!r}")
-    for name, value in (("window", window), ("max_entries", max_entries)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise InvalidInputError(f"{name} must be an integer >= 1, got {value!r}")
+    parse_count(window, "window")
+    parse_count(max_entries, "max_entries")
     if isinstance(max_work, bool) or not isinstance(max_work, (int, float, np.number)) or not max_work > 0:
         raise InvalidInputError(f"max_work must be a number > 0, got {max_work!r}")
     order = np.asarray(cg.topological_order, dtype=np.int64)

@@ -46,6 +46,7 @@ from typing import Literal
 import numpy as np
 
 from ..errors import InfeasibleError, InvalidInputError, MemoryLimitError
+from ..units import parse_count
 from ..elimination.kernels import check_epsilon, resolve_threads
 from ..elimination.table import ExactBudgetSpent
 from .algebra import frontier_indices
@@ -111,8 +112,7 @@ def _validate(cg, method, exact, epsilon, threads, max_merged_configs, heuristic
         raise InvalidInputError(f"exact must be a bool, got {exact!r}")
     eps = parse_epsilon(epsilon)
     threads = resolve_threads(threads)
-    if isinstance(max_merged_configs, bool) or not isinstance(max_merged_configs, (int, np.integer)) or max_merged_configs < 1:
-        raise InvalidInputError(f"max_merged_configs must be an integer >= 1, got {max_merged_configs!r}")
+    parse_count(max_merged_configs, "max_merged_configs")
     if heuristic not in HEURISTIC_CHOICES:
         raise InvalidInputError(f"heuristic must be one of {HEURISTIC_CHOICES}, got {heuristic!r}")
     return eps, threads
@@ -698,8 +698,7 @@ def track(
         raise InvalidInputError(f"max_memory must be a positive number of bytes or None, got {max_memory!r}")
     t0 = _time.perf_counter()
     if candidates is not None:
-        if isinstance(candidates, bool) or not isinstance(candidates, (int, np.integer)) or candidates < 1:
-            raise InvalidInputError(f"candidates must be None or an integer >= 1, got {candidates!r}")
+        parse_count(candidates, "candidates", allow_none=True)
         kwargs = dict(method=method, exact=exact, epsilon=eps if switch is None else "auto", threads=threads,
                       max_merged_configs=max_merged_configs, heuristic=heuristic, max_memory=max_memory,
                       on_memory_limit=on_memory_limit, progress=progress)

@@ -66,6 +66,7 @@ import torch
 
 from ..cost.optimizer import OPTIMIZERS
 from ..errors import InvalidInputError, TensorOptError
+from ..units import parse_count
 from ..graph.ir import DTYPE_BYTES, Graph, OpKind, TensorRole
 from ..graph.torch_ops import init_params, run_graph, torch_dtype
 from ..space.layout import PARTIAL, REPLICATE, Layout
@@ -834,10 +835,8 @@ def run_plan(plan, graph: Graph, steps: int = 3, seed: int = 0, *, backend="auto
 
     if not isinstance(plan, Plan):
         plan = Plan.from_json(plan)
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise InvalidInputError(f"steps must be a positive int, got {steps!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise InvalidInputError(f"seed must be a non-negative int, got {seed!r}")
+    parse_count(steps, "steps")
+    parse_count(seed, "seed", least=0)
     if not lr > 0:
         raise InvalidInputError(f"lr must be positive, got {lr!r}")
     if isinstance(backend, Backend):

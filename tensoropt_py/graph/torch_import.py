@@ -770,9 +770,9 @@ class _Importer:
             return self.moe(node)
         if op == "topk":
             k, dim = A[1], arg(2, "dim", -1)
-            largest, srt = arg(3, "largest", True), arg(4, "sorted", True)
+            largest = arg(3, "largest", True)
             x = T(A[0])
-            # sorted=False leaves the order unspecified: the sorted order is one valid answer
+            # (sorted=False leaves the order unspecified: the sorted order is one valid answer)
             if dim % len(gb.shape(x)) != len(gb.shape(x)) - 1 or not largest:
                 return None
             return gb.topk(x, k, name=nm)

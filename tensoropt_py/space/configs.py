@@ -63,11 +63,11 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 from ..errors import InvalidInputError
+from ..units import parse_count
 from ..graph.ir import DimKind, Graph, OpKind, Operator
 from .layout import PARTIAL, REPLICATE, Layout, use_layout
 from .mesh import Mesh, MeshSpace, mesh_space, prime_factors, resolve_meshes
@@ -233,8 +233,7 @@ def _make(op: Operator, mesh: Mesh, assignment, fine) -> OpConfig:
 
 
 def _check_n(n):
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise InvalidInputError(f"device count must be a positive integer, got {n!r}")
+    parse_count(n, "device count")
 
 
 def enumerate_configs(op: Operator, n: int, *, mesh_tensorflow=None, data_loading: bool = True,

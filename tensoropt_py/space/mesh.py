@@ -62,6 +62,7 @@ from typing import Literal
 import numpy as np
 
 from ..errors import InvalidInputError
+from ..units import parse_count
 
 __all__ = ["Mesh", "prime_factors", "ordered_factorisations", "meshes", "fine_groups", "MeshSpace", "MESH_SPACES",
            "AUTO_ALL_MAX_DEVICES", "check_meshes", "resolve_meshes", "hierarchical_meshes", "mesh_space"]
@@ -82,9 +83,7 @@ def prime_factors(n: int) -> tuple[int, ...]:
     >>> prime_factors(12), prime_factors(1)
     ((2, 2, 3), ())
     """
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise InvalidInputError(f"expected a positive integer, got {n!r}")
-    n = int(n)
+    n = parse_count(n, "n")
     out, p = [], 2
     while p * p <= n:
         while n % p == 0:
@@ -103,9 +102,7 @@ def ordered_factorisations(n: int) -> tuple[tuple[int, ...], ...]:
     >>> ordered_factorisations(8)
     ((8,), (2, 4), (4, 2), (2, 2, 2))
     """
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise InvalidInputError(f"device count must be a positive integer, got {n!r}")
-    n = int(n)
+    n = parse_count(n, "device count")
     if n == 1:
         return ((1,),)
     out: list[tuple[int, ...]] = []
@@ -230,8 +227,7 @@ def resolve_meshes(meshes: MeshSpace, n: int) -> Literal["all", "hierarchical"]:
     ('all', 'hierarchical', 'all')
     """
     meshes = check_meshes(meshes)
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise InvalidInputError(f"device count must be a positive integer, got {n!r}")
+    parse_count(n, "device count")
     if meshes == "auto":
         return "all" if n <= AUTO_ALL_MAX_DEVICES else "hierarchical"
     return meshes
@@ -257,10 +253,7 @@ def hierarchical_meshes(n: int, devices_per_machine: int) -> tuple[Mesh, ...]:
     >>> [str(m) for m in hierarchical_meshes(4, 8)] == [str(m) for m in meshes(4)]
     True
     """
-    for what, v in (("device count", n), ("devices per machine", devices_per_machine)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise InvalidInputError(f"{what} must be a positive integer, got {v!r}")
-    n, d = int(n), int(devices_per_machine)
+    n, d = parse_count(n, "device count"), parse_count(devices_per_machine, "devices per machine")
     inner = [t for t in range(2, n) if n % t == 0 and d % t == 0]
     return (Mesh((n,)),) + tuple(Mesh((n // t, t)) for t in inner)
 
