@@ -442,3 +442,100 @@ def test_parse_epsilon_names_the_bad_value(bad):
 def test_parse_epsilon_accepts_auto_and_numbers():
     assert parse_epsilon("auto") == "auto"
     assert parse_epsilon("0.01") == 0.01 and parse_epsilon(0) == 0.0 and parse_epsilon(np.float32(0.5)) == 0.5
+
+
+def _collect_often(monkeypatch, every):
+    """Garbage-collect provenance after every ``every``-th table registered (the engine does so
+    only near its memory limit); returns the list of bytes freed by each collection."""
+    from tensoropt_py.elimination import table
+
+    freed = []
+    register = table.Context.register
+
+    def register_then_collect(self, tab, count=True):
+        out = register(self, tab, count)
+        if tab.id % every == 0:
+            freed.append(self.collect())
+        return out
+
+    monkeypatch.setattr(table.Context, "register", register_then_collect)
+    return freed
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("seed,layouts,eps", [(3, 4, 0.0), (11, 4, 0.01), (5, None, 1e-3)])
+def test_collected_provenance_unrolls_to_the_same_strategies(method, seed, layouts, eps, monkeypatch):
+    # heuristic eliminations (the "auto" fork and its snapshot) and batched combines (pieces),
+    # with the provenance no table in use reaches dropped along the way
+    from tensoropt_py.elimination import table
+
+    cg = random_layered_dag(8, 3, 5, layouts=layouts, options=2, skip_prob=0.4, seed=seed)
+    kw = dict(method=method, exact=False, epsilon=eps, max_merged_configs=8, threads=1)
+    monkeypatch.setattr(table, "_MEMO_MIN_TERMS", 1)
+    monkeypatch.setattr(table, "_MAX_TERMS_PER_BATCH", 256)
+    ref = track(cg, **kw)
+    freed = _collect_often(monkeypatch, 3)
+    fr = track(cg, **kw)
+    assert sum(freed) > 0 and fr.stats["collected_bytes"] > 0
+    assert fr.stats["heuristic_runs"] == 2
+    np.testing.assert_array_equal(fr.memory, ref.memory)
+    np.testing.assert_array_equal(fr.time, ref.time)
+    np.testing.assert_array_equal(fr.choices, ref.choices)
+    np.testing.assert_array_equal(fr.edge_choices, ref.edge_choices)
+    assert fr.stats["stored_points"] < ref.stats["stored_points"]
+    assert_achievable(cg, fr)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_collected_provenance_with_memo_hits(method, monkeypatch):
+    # repeated layers: memo hits share arrays with earlier tables; collection copies, never
+    # writes into them
+    from tensoropt_py.elimination import table
+
+    cg = repeated_blocks(5, layouts=True)
+    monkeypatch.setattr(table, "_MEMO_MIN_TERMS", 1)
+    ref = track(cg, method=method, exact=True, epsilon=1e-3, threads=1)
+    freed = _collect_often(monkeypatch, 2)
+    fr = track(cg, method=method, exact=True, epsilon=1e-3, threads=1)
+    assert sum(freed) > 0 and fr.stats["memo_hits"] > 0
+    np.testing.assert_array_equal(fr.memory, ref.memory)
+    np.testing.assert_array_equal(fr.choices, ref.choices)
+    np.testing.assert_array_equal(fr.edge_choices, ref.edge_choices)
+    assert_achievable(cg, fr)
+
+
+@settings(max_examples=40, deadline=None)
+@given(small_dags())
+def test_exact_equals_brute_force_with_collection_everywhere(cg):
+    from tensoropt_py.elimination import table
+
+    register = table.Context.register
+
+    def register_then_collect(self, tab, count=True):
+        out = register(self, tab, count)
+        self.collect()
+        return out
+
+    table.Context.register = register_then_collect
+    try:
+        bf = brute_force_frontier(cg)
+        for method in METHODS:
+            fr = track(cg, method=method, exact=True, threads=1)
+            assert_same_frontier(fr, bf)
+            assert_achievable(cg, fr)
+    finally:
+        table.Context.register = register
+
+
+def test_memory_limit_collects_before_it_gives_up():
+    # a limit the released provenance alone would pass: collected, the run fits and gives
+    # the same frontier and strategies
+    cg = random_chain(200, 12, layouts=4, options=2, seed=1)
+    ref = track(cg, epsilon=0.01, threads=1)
+    limit = ref.stats["peak_table_bytes"] // 2
+    fr = track(cg, epsilon=0.01, threads=1, max_memory=limit, on_memory_limit="raise")
+    assert "collected_bytes" not in ref.stats
+    assert fr.stats["collected_bytes"] > 0 and fr.stats["peak_table_bytes"] <= limit
+    np.testing.assert_array_equal(fr.memory, ref.memory)
+    np.testing.assert_array_equal(fr.time, ref.time)
+    np.testing.assert_array_equal(fr.choices, ref.choices)

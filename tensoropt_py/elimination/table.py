@@ -161,6 +161,7 @@ class Context:
         self._memo_cap = _MEMO_BYTES if max_bytes is None else max(_MEMO_BYTES, int(max_bytes) // _MEMO_SHARE)
         self.max_bytes = max_bytes
         self.held_bytes = 0
+        self._collected_at = 0  # held_bytes after the last collect()
         self.peak_bytes = 0
         self._leaf_cache = {}
 
@@ -171,7 +172,9 @@ class Context:
         if count:
             self.held_bytes += tab.nbytes()
         used = self.held_bytes + self._memo_bytes
-        if self.max_bytes is not None:
+        if self.max_bytes is not None and used > self.max_bytes:
+            self._reclaim()
+            used = self.held_bytes + self._memo_bytes
             while used > self.max_bytes and self._memo:
                 self._drop_oldest_memo()
                 used = self.held_bytes + self._memo_bytes
@@ -189,6 +192,80 @@ class Context:
             used_bytes=int(used),
             limit_bytes=int(self.max_bytes),
         )
+
+    def collect(self):
+        """Drop the provenance that no table still in use can reach (garbage collection).
+
+        A table whose costs are released is kept only for unroll, and unroll only walks back
+        from tables still in use (those holding costs: the working graph's, the detached
+        results, a snapshot's pinned ones): most points of a released table were dominated
+        later and are reached by nothing. Every released table is cut down to the points
+        reached from the tables in use, and the provenance pointing into it is renumbered
+        (into new arrays: the memo may share the old ones), so unroll gives the same strategies.
+        Returns the bytes freed."""
+        tables = self.tables
+        keep = [None] * len(tables)  # per table id: the sorted points to keep (None: all)
+        requests: dict[int, list] = {}
+        for tab in reversed(tables):
+            if tab.mem is None and tab.leaf is None:
+                req = requests.pop(tab.id, [])
+                keep[tab.id] = np.unique(np.concatenate(req)) if req else np.empty(0, dtype=np.int64)
+            if tab.leaf is not None:
+                continue
+            need = keep[tab.id]
+            if tab.pieces is not None:
+                idx = np.arange(tab.n_points) if need is None else need
+                starts = np.cumsum([0] + [p.n_points for p in tab.pieces])
+                which = np.searchsorted(starts, idx, side="right") - 1
+                for j, piece in enumerate(tab.pieces):
+                    requests.setdefault(piece.id, []).append(idx[which == j] - starts[j])
+                continue
+            if tab.prov is None:
+                continue
+            rows = tab.prov if need is None else tab.prov[need]
+            for s, par in enumerate(tab.parents):
+                if par.mem is None and par.leaf is None:  # tables in use keep every point anyway
+                    col = rows[:, s]
+                    requests.setdefault(par.id, []).append(col[col >= 0].astype(np.int64))
+        renumber = {}
+        for tab in tables:
+            need = keep[tab.id]
+            if need is not None and need.size < tab.n_points:
+                new = np.full(tab.n_points, -1, dtype=np.int64)
+                new[need] = np.arange(need.size)
+                renumber[tab.id] = new
+        freed = 0
+        for tab in tables:
+            if tab.leaf is not None:
+                continue
+            before = tab.nbytes(costs=False)
+            shrink = tab.id in renumber
+            if tab.pieces is None and tab.prov is not None:
+                moved = [s for s, par in enumerate(tab.parents) if par.id in renumber]
+                if not shrink and not moved:
+                    continue
+                prov = tab.prov[keep[tab.id]] if shrink else tab.prov.copy()
+                for s in moved:
+                    col = prov[:, s]
+                    ok = col >= 0
+                    col[ok] = renumber[tab.parents[s].id][col[ok]]
+                tab.prov = prov
+            if shrink:  # a released table is only walked by point index: one cell is enough
+                tab.offsets = np.array([0, keep[tab.id].size], dtype=np.int64)
+                tab._maxc = None
+            freed += before - tab.nbytes(costs=False)
+        self.held_bytes -= freed
+        self.stats["collected_bytes"] = self.stats.get("collected_bytes", 0) + freed
+        return freed
+
+    def _reclaim(self):
+        """:meth:`collect`, unless the tables grew by less than an eighth of ``max_bytes`` since
+        the last collection (which freed what it could); returns the bytes freed."""
+        if self.held_bytes - self._collected_at < (self.max_bytes or 0) // 8:
+            return 0
+        freed = self.collect()
+        self._collected_at = self.held_bytes
+        return freed
 
     # ---- leaves -------------------------------------------------------------------------
     def node_leaf(self, i, costs):
@@ -304,6 +381,8 @@ class Context:
             try:
                 return run_kernel(*args, outer=outer, max_bytes=budget)
             except KernelBudgetExceeded as exc:
+                if self._reclaim():
+                    continue
                 if not self._memo:
                     need = used + exc.args[1]
                     raise self._limit_error(f"one combine step would need {need / 2**20:.1f} MiB with the tables "

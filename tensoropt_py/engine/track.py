@@ -289,6 +289,8 @@ def _finish_run(cg, g, chains):
     stats["peak_table_bytes"] = int(ctx.peak_bytes)
     stats["epsilon"] = ctx.epsilon
     mem, tim = final.mem.copy(), final.time.copy()
+    for tab in (final, *g.detached):  # unrolled: what only they reach may be collected (not a snapshot's)
+        tab.release()
     ok = np.isfinite(mem) & np.isfinite(tim)  # forbidden costs are +inf: never returned
     if not ok.all():
         mem, tim, choices, edge_choices = mem[ok], tim[ok], choices[ok], edge_choices[ok]
@@ -747,6 +749,9 @@ def track(
         depth = max(depth, depth2)
         stats["heuristic_runs"] = 2
         stats["points_from_weighted"] = int((keep >= n_first).sum())
+        for key in ("peak_table_bytes", "collected_bytes", "stored_points"):  # both runs share one registry
+            if key in stats2:
+                stats[key] = stats2[key]
     if anchors is True or (anchors == "auto" and (n_heur > 0 or eps > 0)):
         mem, tim, ch, ech = _add_anchors(cg, mem, tim, ch, ech, stats, strict=anchors is True, max_bytes=int(max_memory))
     else:
