@@ -187,6 +187,22 @@ def test_outer_terms_out_of_range_are_named():
         combine_outer([tab], [[0]], [0, 1])
 
 
+def test_the_compiled_kernel_refuses_arrays_it_would_misread():
+    # it reads raw pointers: a strided or other-dtype array is refused, not misread
+    from tensoropt_py.elimination.kernels import run_kernel
+
+    o, m, t = np.array([0, 1, 2]), np.array([1.0, 2.0]), np.array([1.0, 0.5])
+    term_off = np.arange(3, dtype=np.int64)
+    row = np.asfortranarray(np.zeros((2, 2), dtype=np.int64))  # (S, n_out) in column order
+    col = np.zeros((2, 1), dtype=np.int64)
+    with pytest.raises(ValueError, match="outer terms must be a C-contiguous int64 ndarray"):
+        run_kernel([o, o], [m, m], [t, t], term_off, None, 0.0, 1, outer=(row, col))
+    with pytest.raises(ValueError, match="memory must be a C-contiguous float64"):
+        run_kernel([o], [m.astype(np.float32)], [t], term_off, np.zeros((2, 1), dtype=np.int64), 0.0, 1)
+    off, *_ = run_kernel([o, o], [m, m], [t, t], term_off, None, 0.0, 1, outer=(np.ascontiguousarray(row), col))
+    assert off.tolist() == [0, 1, 2]
+
+
 def test_combine_rejects_unknown_merge():
     tab = (np.array([0, 1]), np.array([1.0]), np.array([1.0]))
     with pytest.raises(InvalidInputError, match="merge must be one of"):

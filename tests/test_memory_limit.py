@@ -177,3 +177,35 @@ def test_a_combine_that_would_not_fit_raises_before_taking_the_memory():
     assert info.value.limit_bytes == ctx.max_bytes
     assert ctx.held_bytes <= ctx.max_bytes
     assert info.value.used_bytes > info.value.limit_bytes
+
+
+def test_a_staged_product_stops_before_writing_out_its_terms(monkeypatch):
+    # a node elimination's terms come as sums (row + col); when its product is staged, the
+    # staged terms are built batch by batch, so a staged step past the limit stops after a
+    # batch, not after writing out millions of terms outside the kernel's byte budget
+    import tracemalloc
+
+    import tensoropt_py.elimination.table as table
+    from tensoropt_py.elimination.table import Context, FTable
+
+    monkeypatch.setattr(table, "_STAGE_FACTOR", 0.0)
+    monkeypatch.setattr(table, "_MAX_TERMS_PER_BATCH", 1 << 15)
+    n, U = 3000, 1000
+    off = np.arange(0, 2 * n + 1, 2, dtype=np.int64)  # n cells of two points each
+    mem = np.tile([1.0, 2.0], n)
+    tim = np.tile([2.0, 1.0], n)
+    limit = 16 << 20
+    ctx = Context(max_bytes=limit)
+    parents = [ctx.register(FTable(off, mem, tim)) for _ in range(3)]
+    row = np.stack([np.arange(n), np.arange(n)[::-1], np.zeros(n, dtype=np.int64)])
+    col = np.stack([np.zeros(U, dtype=np.int64), np.zeros(U, dtype=np.int64), np.arange(U)])
+    term_off = np.arange(n + 1, dtype=np.int64) * U
+    tracemalloc.start()
+    try:
+        with pytest.raises(MemoryLimitError, match="more than the limit"):
+            ctx._combine_outer(parents, term_off, row, col, thin=False)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    # written out at once, the 3e6 staged terms alone take 48 MB (twice that while summed)
+    assert peak < 3 * limit

@@ -773,6 +773,14 @@ cdef class _Worker:
         return self.buf.n
 
 
+def _require_c(arr, dtype, what):
+    """Refuse an array the kernel would misread through its raw pointer."""
+    if not isinstance(arr, np.ndarray) or arr.dtype != dtype or not arr.flags.c_contiguous:
+        raise ValueError(f"combine kernel: {what} must be a C-contiguous {np.dtype(dtype).name} ndarray, got "
+                         f"{getattr(arr, 'dtype', type(arr).__name__)} "
+                         f"{'C-contiguous' if getattr(getattr(arr, 'flags', None), 'c_contiguous', False) else 'strided'}")
+
+
 def combine_kernel(list offs, list mems, list tims, cnp.ndarray term_off, object term_cells,
                    double eps, object chunk_bounds, object executor=None, i64 stair_limit=STAIR_LIMIT,
                    object outer=None, i64 max_bytes=-1):
@@ -815,6 +823,17 @@ def combine_kernel(list offs, list mems, list tims, cnp.ndarray term_off, object
     cdef i64 k, tot, pos, nb
     if S < 1 or S > MAXS:
         raise ValueError(f"combine kernel supports 1..{MAXS} slots, got {S}")
+    # the kernel reads raw pointers: an array of another dtype or layout would be misread
+    for s in range(S):
+        _require_c(offs[s], np.int64, "offsets")
+        _require_c(mems[s], np.float64, "memory")
+        _require_c(tims[s], np.float64, "time")
+    _require_c(term_off, np.int64, "term_off")
+    if outer is None:
+        _require_c(term_cells, np.int64, "term_cells")
+    else:
+        for arr in outer:
+            _require_c(arr, np.int64, "outer terms")
     src.S = S
     for s in range(S):
         src.offs[s] = <const i64*> cnp.PyArray_DATA(offs[s])

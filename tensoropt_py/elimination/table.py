@@ -524,8 +524,16 @@ class Context:
         rows = row[first].T
         low = rows.min(axis=0)
         firsts, inv = unique_rows(rows - low, [int(r) + 1 for r in rows.max(axis=0) - low])
-        staged = self.combine([parents[s] for s in first], np.arange(firsts.shape[0] * U + 1),
-                              _written_out(rows[firsts].T, col[first]), thin=False)
+        base, add = rows[firsts].T, col[first]  # staged cell f * U + u: the one term base[:, f] + add[:, u]
+
+        def make_outer(lo, hi):
+            c = np.arange(lo, hi)
+            return np.ascontiguousarray(base[:, c // U] + add[:, c % U]), np.zeros((len(first), 1), dtype=np.int64)
+
+        # built and combined in batches (combine_gen): the F * U staged terms are never all
+        # written out at once, so this step's memory is the kernel's, under its byte budget
+        staged = self.combine_gen([parents[s] for s in first], firsts.shape[0] * U, 1, make_outer=make_outer,
+                                  thin=False, terms_key=_digest(np.array([U]), base, add))
         rest = [s for s in range(len(parents)) if s not in first]
         new_row = np.concatenate([(inv * U)[None, :], row[rest]])
         new_col = np.concatenate([np.arange(U, dtype=np.int64)[None, :], col[rest]])
@@ -541,11 +549,6 @@ def _derived(tab, key):
     if key is not None:
         tab._digest = hashlib.sha256(b"derived" + repr(key).encode()).digest()
     return tab
-
-
-def _written_out(row, col):
-    """The term cells ``(n * U, S)`` of the sums ``row (S, n) + col (S, U)``, term ``c * U + u``."""
-    return (row.T[:, None, :] + col.T[None, :, :]).reshape(-1, row.shape[0])
 
 
 def _depth(parents, eps):
