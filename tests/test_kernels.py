@@ -203,6 +203,23 @@ def test_the_compiled_kernel_refuses_arrays_it_would_misread():
     assert off.tolist() == [0, 1, 2]
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_int32_provenance_is_the_int64_one(threads):
+    from tensoropt_py.elimination.kernels import run_kernel
+
+    rng = np.random.default_rng(3)
+    tabs = [random_table(rng, 60, 6, False) for _ in range(3)]
+    offs, mems, tims = ([np.ascontiguousarray(t[i], dtype=float if i else np.int64) for t in tabs] for i in range(3))
+    row = np.stack([rng.integers(0, 30, 25), rng.integers(0, 30, 25), np.zeros(25, dtype=np.int64)])
+    col = np.stack([rng.integers(0, 30, 7), rng.integers(0, 30, 7), rng.integers(0, 60, 7)])
+    term_off = np.arange(26, dtype=np.int64) * 7
+    wide = run_kernel(offs, mems, tims, term_off, None, 1e-3, threads, outer=(row, col))
+    narrow = run_kernel(offs, mems, tims, term_off, None, 1e-3, threads, outer=(row, col), prov32=True)
+    assert wide[3].dtype == np.int64 and narrow[3].dtype == np.int32
+    for a, b in zip(wide, narrow):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_combine_rejects_unknown_merge():
     tab = (np.array([0, 1]), np.array([1.0]), np.array([1.0]))
     with pytest.raises(InvalidInputError, match="merge must be one of"):

@@ -222,6 +222,30 @@ def test_components_isolated_nodes_k1_and_multi_edges():
         assert_achievable(cg, fr)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_the_product_of_components_thins_and_keeps_the_bound(seed):
+    # disjoint chains are tracked apart and multiplied at the end: a product of two frontiers
+    # may keep up to p * q points, so it thins like any other reduce, pairwise (depth log2)
+    parts = [random_chain(3, 4, seed=100 * seed + c, integer_costs=False) for c in range(5)]
+    nodes, edges, base = [], [], 0
+    for part in parts:
+        nodes += list(part.node_costs)
+        edges += [(u + base, v + base, cost) for u, v, cost in part.edges]
+        base += part.n_nodes
+    cg = CostGraph(nodes, edges)
+    exact = track(cg, exact=True, threads=1)
+    eps = 0.02
+    fr = track(cg, exact=True, epsilon=eps, threads=1, anchors=False)
+    assert_achievable(cg, fr)
+    # thinned: consecutive points differ by more than (1 + eps) in memory
+    assert np.all(fr.memory[1:] > (1 + eps) * fr.memory[:-1])
+    assert len(fr) < len(exact)
+    bound = fr.memory_bound_factor
+    for m, t in zip(exact.memory, exact.time):
+        assert np.any((fr.time <= t * (1 + 1e-12)) & (fr.memory <= bound * m * (1 + 1e-12)))
+    assert fr.time[-1] == exact.time[-1]
+
+
 def test_single_node_graph():
     cg = CostGraph([np.array([[3.0, 1.0], [1.0, 3.0], [2.0, 2.0], [2.0, 5.0]])], [])
     fr = track(cg, exact=True)

@@ -783,7 +783,7 @@ def _require_c(arr, dtype, what):
 
 def combine_kernel(list offs, list mems, list tims, cnp.ndarray term_off, object term_cells,
                    double eps, object chunk_bounds, object executor=None, i64 stair_limit=STAIR_LIMIT,
-                   object outer=None, i64 max_bytes=-1):
+                   object outer=None, i64 max_bytes=-1, bint prov32=False):
     """Run the combine kernel (no validation: call it through ``kernels.combine_ragged``).
 
     Parameters
@@ -811,6 +811,9 @@ def combine_kernel(list offs, list mems, list tims, cnp.ndarray term_off, object
     max_bytes : int
         Most bytes the workers' buffers may hold together (the output arrays are filled as
         the buffers are freed); -1: no limit. Past it, :class:`KernelBudgetExceeded`.
+    prov32 : bool
+        Return the provenance as int32 (the caller vouches that every parent has fewer than
+        2**31 points): half the bytes, converted while the buffers are copied out.
 
     Returns
     -------
@@ -886,18 +889,23 @@ def combine_kernel(list offs, list mems, list tims, cnp.ndarray term_off, object
         tot += wk.buf.n
     out_m = np.empty(tot, dtype=np.float64)
     out_t = np.empty(tot, dtype=np.float64)
-    out_p = np.empty((tot, S), dtype=np.int64)
+    out_p = np.empty((tot, S), dtype=np.int32 if prov32 else np.int64)
     counts = np.zeros(n_out + 1, dtype=np.int64)
     cdef double* pm = <double*> cnp.PyArray_DATA(out_m)
     cdef double* pt = <double*> cnp.PyArray_DATA(out_t)
     cdef i64* pp = <i64*> cnp.PyArray_DATA(out_p)
+    cdef cnp.int32_t* pp32 = <cnp.int32_t*> cnp.PyArray_DATA(out_p)
     pos = 0
     for wk in workers:
         nb = wk.buf.n
         if nb > 0:
             memcpy(pm + pos, wk.buf.om, nb * sizeof(double))
             memcpy(pt + pos, wk.buf.ot, nb * sizeof(double))
-            memcpy(pp + pos * S, wk.buf.op, nb * S * sizeof(i64))
+            if prov32:
+                for k in range(nb * S):
+                    pp32[pos * S + k] = <cnp.int32_t> wk.buf.op[k]
+            else:
+                memcpy(pp + pos * S, wk.buf.op, nb * S * sizeof(i64))
         pos += nb
         # the output arrays fill as the workers' buffers go: the call never holds both in full
         free(wk.buf.om)

@@ -203,16 +203,17 @@ def combine_outer(tables, row, col, epsilon=0.0, threads=1, validate=True, merge
 
 
 def run_kernel(offs, mems, tims, term_off, term_cells, eps, threads, stair_limit=_STAIR_LIMITS["auto"], outer=None,
-               max_bytes=None):
+               max_bytes=None, prov32=False):
     """The compiled kernel on checked, contiguous inputs, its output cells split into chunks of
     about equal work for ``threads`` threads (internal: :func:`combine_ragged`,
     :func:`combine_outer` and the engine's tables call it). ``max_bytes``: most bytes its
     buffers may hold (None: no limit); past it, :class:`KernelBudgetExceeded` is raised
-    before the memory is taken."""
+    before the memory is taken. ``prov32``: provenance as int32 (every parent has fewer
+    than 2**31 points)."""
     work = max(float(o[-1]) / max(o.shape[0] - 1, 1) for o in offs)
     bounds = _chunk_bounds(term_off, term_off.shape[0] - 1, threads, work)
     return _kernels.combine_kernel(offs, mems, tims, term_off, term_cells, eps, bounds, _executor(threads), stair_limit,
-                                   outer, -1 if max_bytes is None else max(int(max_bytes), 0))
+                                   outer, -1 if max_bytes is None else max(int(max_bytes), 0), bool(prov32))
 
 
 def _parse_tables(tables, validate, who):

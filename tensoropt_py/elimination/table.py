@@ -227,28 +227,24 @@ class Context:
                 if par.mem is None and par.leaf is None:  # tables in use keep every point anyway
                     col = rows[:, s]
                     requests.setdefault(par.id, []).append(col[col >= 0].astype(np.int64))
-        renumber = {}
-        for tab in tables:
-            need = keep[tab.id]
-            if need is not None and need.size < tab.n_points:
-                new = np.full(tab.n_points, -1, dtype=np.int64)
-                new[need] = np.arange(need.size)
-                renumber[tab.id] = new
+        # a kept point's new index is its rank among the kept ones (``need`` is sorted): found by
+        # binary search, not through a renumbering array as long as the table (mostly garbage)
+        shrinking = {tab.id for tab in tables if keep[tab.id] is not None and keep[tab.id].size < tab.n_points}
         freed = 0
         for tab in tables:
             if tab.leaf is not None:
                 continue
             before = tab.nbytes(costs=False)
-            shrink = tab.id in renumber
+            shrink = tab.id in shrinking
             if tab.pieces is None and tab.prov is not None:
-                moved = [s for s, par in enumerate(tab.parents) if par.id in renumber]
+                moved = [s for s, par in enumerate(tab.parents) if par.id in shrinking]
                 if not shrink and not moved:
                     continue
                 prov = tab.prov[keep[tab.id]] if shrink else tab.prov.copy()
                 for s in moved:
                     col = prov[:, s]
                     ok = col >= 0
-                    col[ok] = renumber[tab.parents[s].id][col[ok]]
+                    col[ok] = np.searchsorted(keep[tab.parents[s].id], col[ok])
                 tab.prov = prov
             if shrink:  # a released table is only walked by point index: one cell is enough
                 tab.offsets = np.array([0, keep[tab.id].size], dtype=np.int64)
@@ -375,11 +371,13 @@ class Context:
         would not fit stops before it takes the memory instead of the process being killed."""
         args = ([p.offsets for p in parents], [p.mem for p in parents], [p.time for p in parents], term_off,
                 term_cells, eps, self.threads)
+        # provenance is stored as int32 when every parent is small enough (it usually is)
+        prov32 = all(p.n_points <= _I32 for p in parents)
         while True:
             used = self.held_bytes + self._memo_bytes
             budget = None if self.max_bytes is None else self.max_bytes - used
             try:
-                return run_kernel(*args, outer=outer, max_bytes=budget)
+                return run_kernel(*args, outer=outer, max_bytes=budget, prov32=prov32)
             except KernelBudgetExceeded as exc:
                 if self._reclaim():
                     continue
@@ -420,7 +418,6 @@ class Context:
             if int(np.diff(off).max()) > cell_points:
                 self.epsilon = float(switch_eps)
                 self.stats["epsilon_from_combine"] = self.stats["combines"]
-        prov = _compact(prov, parents)
         if key is not None:
             entry = (off, m, t, prov)
             nbytes = sum(a.nbytes for a in entry)
@@ -588,8 +585,3 @@ def unique_rows(rows, radices=None):
     return first, inv.reshape(-1)
 
 
-def _compact(prov, parents):
-    """Store provenance as int32 when every parent is small enough (it usually is)."""
-    if prov.shape[0] and all(p.n_points <= _I32 for p in parents):
-        return prov.astype(np.int32)
-    return prov

@@ -185,9 +185,15 @@ def finish(g, n_nodes, n_edges):
     from .unroll import unroll
 
     assert not g.nodes, "internal error: nodes left after tracking"
-    final = g.detached[0]
-    for other in g.detached[1:]:
-        final = g.ctx.combine([final, other], np.array([0, 1]), np.array([[0, 0]]))
+    # a product of two frontiers of p and q points may keep up to p * q of them: it thins like
+    # any other reduce (when the run thins), and the products pair up level by level, so a
+    # point passes log2(components) of these thinning steps, not one per component
+    level = list(g.detached)
+    while len(level) > 1:
+        pairs = [g.ctx.combine([a, b], np.array([0, 1]), np.array([[0, 0]]), thin=True)
+                 for a, b in zip(level[0::2], level[1::2])]
+        level = pairs + level[len(pairs) * 2:]
+    final = level[0]
     choices, edge_choices = unroll(g.ctx, final, n_nodes, n_edges)
     if choices.size and choices.min() < 0:  # pragma: no cover - would be an engine bug
         raise RuntimeError("internal error: unroll did not reach every node")
