@@ -92,6 +92,31 @@ def test_peaks_vectorised_equal_profiles_and_frontier_is_pareto():
     np.testing.assert_allclose(t, fr.time, rtol=1e-12)
 
 
+def test_peaks_of_many_strategies_are_evaluated_in_bounded_blocks(monkeypatch):
+    # a frontier of tens of thousands of points must not build all its timelines at once
+    import tracemalloc
+
+    import tensoropt_py.cost.memory as memory
+
+    mcg = build_cost_graph(load_model("small_transformer"), to.Cluster.preset("cpu-1x4"), 4)
+    mm = MemoryModel(mcg)
+    rng = np.random.default_rng(0)
+    P = 600
+    choices = np.stack([rng.integers(0, len(c), P) for c in mcg.configs], axis=1)
+    edge_choices = np.stack([np.zeros(P, dtype=np.int64) for _ in mcg.edges], axis=1)
+    whole = mm.peaks(choices, edge_choices)
+    row = 8 * (4 * mm.n + 2)  # bytes of one strategy's row of one timeline array
+    monkeypatch.setattr(memory, "PEAK_BLOCK_BYTES", 10 * row * 16)  # blocks of 16 strategies
+    tracemalloc.start()
+    try:
+        blocks = mm.peaks(choices, edge_choices)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    np.testing.assert_array_equal(blocks, whole)
+    assert peak < 4 * row * P  # all at once, the four timeline arrays alone take 4 * row * P
+
+
 def test_peak_frontier_drops_points_dominated_by_peak():
     time = np.array([3.0, 2.0, 1.0])  # a tracked frontier (additive memory 1, 2, 3)
 

@@ -99,6 +99,9 @@ __all__ = ["MemoryProfile", "MemoryModel", "peak_frontier", "memory_events", "PH
 
 #: Phase names of :attr:`MemoryProfile.phase`.
 PHASES = ("forward", "backward", "optimizer")
+#: Bytes the timelines of :meth:`MemoryModel.peaks` may take at once (strategies are
+#: evaluated in blocks that fit).
+PEAK_BLOCK_BYTES = 1 << 28
 
 _FLOAT = ("float32", "float16", "bfloat16", "float64")
 
@@ -643,10 +646,18 @@ class MemoryModel:
         return choices, edge_choices
 
     def peaks(self, choices, edge_choices=None) -> np.ndarray:
-        """Peak bytes of every strategy: ``choices (P, n)``, ``edge_choices (P, edges)`` -> ``(P,)``."""
+        """Peak bytes of every strategy: ``choices (P, n)``, ``edge_choices (P, edges)`` -> ``(P,)``.
+
+        The timelines are built for a block of strategies at a time, so that their arrays
+        (about ten of ``(block, 4n + 1)`` floats) stay within ``PEAK_BLOCK_BYTES``: a frontier
+        of 40,000 points of a 2,000-operator model would otherwise need 25 GB at once."""
         choices, edge_choices = self._check(choices, edge_choices)
-        persistent, grads, saved, trans = self._timeline(choices, edge_choices)
-        return persistent + np.max(grads + saved + trans, axis=1)
+        block = max(1, PEAK_BLOCK_BYTES // (10 * 8 * (4 * self.n + 2)))
+        out = np.empty(choices.shape[0])
+        for lo in range(0, choices.shape[0], block):
+            persistent, grads, saved, trans = self._timeline(choices[lo:lo + block], edge_choices[lo:lo + block])
+            out[lo:lo + block] = persistent + np.max(grads + saved + trans, axis=1)
+        return out
 
     def live(self, choices, edge_choices=None) -> np.ndarray:
         """Live bytes at every event of one strategy's iteration, ``(4n + 1,)``
