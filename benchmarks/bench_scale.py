@@ -44,6 +44,13 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   (``--candidate-counts``) against the default frontier of ``transformer16_track`` (run that
   case first): seconds (and those of the bounds and of the exact optima), configs kept, and the
   time lost at equal memory;
+* ``mixtral``: a Mixtral-8x7B-shaped mixture-of-experts model (32 layers, hidden 4096, GQA
+  32/8, 8 experts of FFN 14336, top-2, vocab 32000, batch 32 x 4096; 46.7 B parameters)
+  imported from Hugging Face on the meta device, its frontier asked of ``to.frontier`` with
+  default settings on the ``--llama-devices`` (the plain space, and with recomputation, sharded
+  optimizer state and bf16-mixed): seconds (all, build, track; the rest is every point's peak),
+  points, proven bound, the fastest point's gap to a lower bound, the least memory and the
+  fastest time, peak resident memory;
 * ``llama``: a Llama-3-8B-shaped model (32 layers, hidden 4096, GQA 32/8, FFN 14336,
   vocab 128256, batch 32 x 2048) imported from Hugging Face on the meta device, built
   with the default mesh space (hierarchical past 16 devices) and tracked with default
@@ -55,7 +62,7 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   points the descents added and the largest fall of min(time + lam * memory) they gave.
 
 Usage: python benchmarks/bench_scale.py [--cases transformer16_track transformer16_limits fastest threads cyclic interval_peak iopddl
-       candidates candidates_full mesh_loss llama] [--timeout 600] [--threads 1 2] [--thread-devices 8] [--max-memory 4e9]
+       candidates candidates_full mesh_loss llama mixtral] [--timeout 600] [--threads 1 2] [--thread-devices 8] [--max-memory 4e9]
        [--candidate-graphs 1x16] [--llama-devices 32 64] [--llama-layers 32] [--llama-loss]
 """
 
@@ -322,6 +329,34 @@ for preset, devices in {llama_runs}:
         retries=st.get("memory_limit_retries"), peak_gib=st["peak_table_bytes"] / 2**30,
         rss_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
         fastest=[float(fr.memory[-1]), float(fr.time[-1])], smallest=[float(fr.memory[0]), float(fr.time[0])])
+""",
+    "mixtral": r"""
+import resource, warnings
+import torch, transformers
+from tensoropt_py.graph import from_torch
+from tensoropt_py.errors import SearchSpaceWarning
+warnings.simplefilter("ignore", SearchSpaceWarning)  # auto restricts past 16 devices; the result says so
+t0 = time.perf_counter()
+cfg = transformers.MixtralConfig(num_hidden_layers=32, hidden_size=4096, num_attention_heads=32, num_key_value_heads=8,
+                                 intermediate_size=14336, vocab_size=32000, num_local_experts=8, num_experts_per_tok=2,
+                                 max_position_embeddings=4096, use_cache=False)
+with torch.device("meta"):
+    model = transformers.MixtralForCausalLM(cfg)
+ids = torch.zeros((32, 4096), dtype=torch.long, device="meta")
+g = from_torch(model, kwargs={{"input_ids": ids, "labels": ids}})
+out(case="mixtral_import", seconds=time.perf_counter() - t0, operators=len(g.operators), parameters=g.num_parameters)
+levers = dict(recompute=True, shard_optimizer=True, precision="bf16-mixed")
+for preset, devices in {llama_runs}:
+    for name, kw in (("plain", {{}}), ("levers", levers)):
+        t0 = time.perf_counter()
+        fr = to.frontier(g, preset, devices=devices, cache=False, **kw)
+        s = time.perf_counter() - t0
+        out(case="mixtral", devices=devices, space=name, seconds=s, build_s=fr.seconds["build"],
+            track_s=fr.seconds["track"], points=len(fr), epsilon=fr.epsilon, bound=fr.memory_bound_factor,
+            heuristic=fr.heuristic_eliminations, fastest_gap=fr.fastest_gap,
+            rss_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
+            least_memory_gb=float(fr.memory[0]) / 1e9, its_time=float(fr.time[0]),
+            fastest_s=float(fr.time[-1]), its_memory_gb=float(fr.memory[-1]) / 1e9)
 """,
 }
 
