@@ -331,6 +331,15 @@ def test_memo_of_repeated_layers_changes_nothing(method, layouts, eps, monkeypat
     assert_achievable(cg, fr)
 
 
+def assert_exact_by_both_methods(cg):
+    """Exact tracking equals brute force with either method, every point achievable."""
+    bf = brute_force_frontier(cg)
+    for method in METHODS:
+        fr = track(cg, method=method, exact=True, threads=1)
+        assert_same_frontier(fr, bf)
+        assert_achievable(cg, fr)
+
+
 @settings(max_examples=60, deadline=None)
 @given(small_dags())
 def test_exact_equals_brute_force_with_memo_everywhere(cg):
@@ -340,11 +349,7 @@ def test_exact_equals_brute_force_with_memo_everywhere(cg):
     old = table._MEMO_MIN_TERMS
     table._MEMO_MIN_TERMS = 1
     try:
-        bf = brute_force_frontier(cg)
-        for method in METHODS:
-            fr = track(cg, method=method, exact=True, threads=1)
-            assert_same_frontier(fr, bf)
-            assert_achievable(cg, fr)
+        assert_exact_by_both_methods(cg)
     finally:
         table._MEMO_MIN_TERMS = old
 
@@ -542,11 +547,7 @@ def test_exact_equals_brute_force_with_collection_everywhere(cg):
 
     table.Context.register = register_then_collect
     try:
-        bf = brute_force_frontier(cg)
-        for method in METHODS:
-            fr = track(cg, method=method, exact=True, threads=1)
-            assert_same_frontier(fr, bf)
-            assert_achievable(cg, fr)
+        assert_exact_by_both_methods(cg)
     finally:
         table.Context.register = register
 
