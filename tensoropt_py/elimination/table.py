@@ -583,5 +583,3 @@ def unique_rows(rows, radices=None):
         key = key * max(int(r), 1) + rows[:, j]
     _, first, inv = np.unique(key, return_index=True, return_inverse=True)
     return first, inv.reshape(-1)
-
-
