@@ -87,6 +87,15 @@ from tensoropt_py.cost.builder import build_cost_graph
 from tensoropt_py.engine import track, min_sum, brute_force_frontier
 def out(**kw):
     print(json.dumps(kw), flush=True)
+def import_causal_lm(kind, batch, seq, **config):
+    # a Hugging Face causal LM ("Llama", "Mixtral") built from a config on the meta device, no weights
+    import torch, transformers
+    from tensoropt_py.graph import from_torch
+    cfg = getattr(transformers, kind + "Config")(use_cache=False, **config)
+    with torch.device("meta"):
+        model = getattr(transformers, kind + "ForCausalLM")(cfg)
+    ids = torch.zeros((batch, seq), dtype=torch.long, device="meta")
+    return from_torch(model, kwargs={{"input_ids": ids, "labels": ids}})
 def gaps(fr, ref):
     # time lost at equal memory for every point of ref, and worst gap of min(time + lam * memory)
     g = np.array([fr.time[fr.memory <= m * (1 + 1e-12)].min() / t - 1 for m, t in zip(ref.memory, ref.time)])
@@ -172,15 +181,9 @@ from tensoropt_py.engine.scalar import min_sum
 cases = [("transformer@16", lambda: zoo.transformer(layers=1), "v100-2x8", 16, "min_sum")]
 if {llama_loss}:
     def llama2():
-        import torch, transformers
-        from tensoropt_py.graph import from_torch
-        cfg = transformers.LlamaConfig(num_hidden_layers=2, hidden_size=4096, num_attention_heads=32,
-                                       num_key_value_heads=8, intermediate_size=14336, vocab_size=128256,
-                                       max_position_embeddings=2048, use_cache=False)
-        with torch.device("meta"):
-            model = transformers.LlamaForCausalLM(cfg)
-        ids = torch.zeros((32, 2048), dtype=torch.long, device="meta")
-        return from_torch(model, kwargs={{"input_ids": ids, "labels": ids}})
+        return import_causal_lm("Llama", 32, 2048, num_hidden_layers=2, hidden_size=4096, num_attention_heads=32,
+                                num_key_value_heads=8, intermediate_size=14336, vocab_size=128256,
+                                max_position_embeddings=2048)
     cases.append(("llama2@8", llama2, "h100-4x8", 8, "track"))
 lams = [0.0, 1e-12, 1e-11, 1e-10, 1e-9, float("inf")]
 for name, make, preset, n, how in cases:
@@ -298,17 +301,11 @@ for r in {candidate_counts}:
 """,
     "llama": r"""
 import resource, warnings
-import torch, transformers
-from tensoropt_py.graph import from_torch
 from tensoropt_py.errors import SearchSpaceWarning
 warnings.simplefilter("ignore", SearchSpaceWarning)  # auto restricts past 16 devices; the result says so
 t0 = time.perf_counter()
-cfg = transformers.LlamaConfig(num_hidden_layers={llama_layers}, hidden_size=4096, num_attention_heads=32, num_key_value_heads=8,
-                               intermediate_size=14336, vocab_size=128256, max_position_embeddings=2048, use_cache=False)
-with torch.device("meta"):
-    model = transformers.LlamaForCausalLM(cfg)
-ids = torch.zeros((32, 2048), dtype=torch.long, device="meta")
-g = from_torch(model, kwargs={{"input_ids": ids, "labels": ids}})
+g = import_causal_lm("Llama", 32, 2048, num_hidden_layers={llama_layers}, hidden_size=4096, num_attention_heads=32,
+                     num_key_value_heads=8, intermediate_size=14336, vocab_size=128256, max_position_embeddings=2048)
 out(case="llama_import", layers={llama_layers}, seconds=time.perf_counter() - t0, operators=len(g.operators))
 for preset, devices in {llama_runs}:
     t0 = time.perf_counter(); mcg = build_cost_graph(g, to.Cluster.preset(preset), devices); tb = time.perf_counter() - t0
@@ -332,18 +329,12 @@ for preset, devices in {llama_runs}:
 """,
     "mixtral": r"""
 import resource, warnings
-import torch, transformers
-from tensoropt_py.graph import from_torch
 from tensoropt_py.errors import SearchSpaceWarning
 warnings.simplefilter("ignore", SearchSpaceWarning)  # auto restricts past 16 devices; the result says so
 t0 = time.perf_counter()
-cfg = transformers.MixtralConfig(num_hidden_layers=32, hidden_size=4096, num_attention_heads=32, num_key_value_heads=8,
-                                 intermediate_size=14336, vocab_size=32000, num_local_experts=8, num_experts_per_tok=2,
-                                 max_position_embeddings=4096, use_cache=False)
-with torch.device("meta"):
-    model = transformers.MixtralForCausalLM(cfg)
-ids = torch.zeros((32, 4096), dtype=torch.long, device="meta")
-g = from_torch(model, kwargs={{"input_ids": ids, "labels": ids}})
+g = import_causal_lm("Mixtral", 32, 4096, num_hidden_layers=32, hidden_size=4096, num_attention_heads=32,
+                     num_key_value_heads=8, intermediate_size=14336, vocab_size=32000, num_local_experts=8,
+                     num_experts_per_tok=2, max_position_embeddings=4096)
 out(case="mixtral_import", seconds=time.perf_counter() - t0, operators=len(g.operators), parameters=g.num_parameters)
 levers = dict(recompute=True, shard_optimizer=True, precision="bf16-mixed")
 for preset, devices in {llama_runs}:

@@ -103,7 +103,7 @@ def test_peaks_of_many_strategies_are_evaluated_in_bounded_blocks(monkeypatch):
     rng = np.random.default_rng(0)
     P = 600
     choices = np.stack([rng.integers(0, len(c), P) for c in mcg.configs], axis=1)
-    edge_choices = np.stack([np.zeros(P, dtype=np.int64) for _ in mcg.edges], axis=1)
+    edge_choices = np.zeros((P, len(mcg.edges)), dtype=np.int64)
     whole = mm.peaks(choices, edge_choices)
     row = 8 * (4 * mm.n + 2)  # bytes of one strategy's row of one timeline array
     monkeypatch.setattr(memory, "PEAK_BLOCK_BYTES", 10 * row * 16)  # blocks of 16 strategies

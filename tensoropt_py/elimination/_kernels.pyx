@@ -775,10 +775,11 @@ cdef class _Worker:
 
 def _require_c(arr, dtype, what):
     """Refuse an array the kernel would misread through its raw pointer."""
-    if not isinstance(arr, np.ndarray) or arr.dtype != dtype or not arr.flags.c_contiguous:
-        raise ValueError(f"combine kernel: {what} must be a C-contiguous {np.dtype(dtype).name} ndarray, got "
-                         f"{getattr(arr, 'dtype', type(arr).__name__)} "
-                         f"{'C-contiguous' if getattr(getattr(arr, 'flags', None), 'c_contiguous', False) else 'strided'}")
+    want = f"combine kernel: {what} must be a C-contiguous {np.dtype(dtype).name} ndarray"
+    if not isinstance(arr, np.ndarray):
+        raise ValueError(f"{want}, got {type(arr).__name__}")
+    if arr.dtype != dtype or not arr.flags.c_contiguous:
+        raise ValueError(f"{want}, got {arr.dtype} {'C-contiguous' if arr.flags.c_contiguous else 'strided'}")
 
 
 def combine_kernel(list offs, list mems, list tims, cnp.ndarray term_off, object term_cells,
