@@ -239,6 +239,49 @@ def test_staged_products_and_batched_terms_stay_exact(seed, monkeypatch):
         np.testing.assert_allclose(t, fr.time, rtol=1e-12)
 
 
+@pytest.mark.parametrize("as_sums", [False, True])
+def test_a_staged_product_is_thinned_when_its_step_thins(as_sums):
+    """Three 40-point cells per term: the product of the first two is staged, thinned like the
+    union after it (a step of the depth), and the result still covers the exact one."""
+    from tensoropt_py.elimination.table import Context, FTable
+
+    rng = np.random.default_rng(3)
+    eps = 0.01
+
+    def run(epsilon):
+        ctx = Context(epsilon=epsilon)
+        parents = []
+        for _ in range(3):  # two cells of 40 frontier points each
+            mem = np.sort(rng.uniform(1.0, 100.0, (2, 40)), axis=1)
+            tim = np.sort(rng.uniform(1.0, 100.0, (2, 40)), axis=1)[:, ::-1]
+            parents.append(ctx.register(FTable(np.arange(3, dtype=np.int64) * 40, mem.ravel(), tim.ravel().copy())))
+        term_off = np.array([0, 2, 4])
+        if as_sums:  # cell c, term u: slot 0 takes cell c, slot 1 cell u, slot 2 cell 1 - c
+            row = np.array([[0, 1], [0, 0], [1, 0]])
+            col = np.array([[0, 0], [0, 1], [0, 0]])
+            out = ctx._combine_outer(parents, term_off, row, col, thin=True)
+        else:
+            cells = np.array([[0, 0, 1], [0, 1, 1], [1, 0, 0], [1, 1, 0]])
+            out = ctx.combine(parents, term_off, cells)
+        return ctx, out
+
+    rng_state = rng.bit_generator.state
+    ctx, out = run(eps)
+    rng.bit_generator.state = rng_state  # the same parents, exact
+    exact_ctx, exact = run(0.0)
+    assert ctx.stats["staged"] == 1 and exact_ctx.stats["staged"] == 1
+    staged = out.parents[0]
+    for c in range(staged.n_cells):
+        m, _ = staged.cell(c)
+        assert np.all(m[1:] > (1 + eps) * m[:-1])  # thinned
+    assert exact.parents[0].n_points > staged.n_points
+    assert out.depth == 2  # the staged product, then the union
+    for c in range(exact.n_cells):
+        m, t = out.cell(c)
+        for em, et in zip(*exact.cell(c)):
+            assert np.any((t <= et) & (m <= (1 + eps) ** 2 * em * (1 + 1e-12)))
+
+
 @pytest.mark.parametrize("seed", range(5))
 @pytest.mark.parametrize("given_radices", [True, False])
 def test_unique_rows_matches_numpy(seed, given_radices):

@@ -12,8 +12,9 @@ Guarantees
 * Every returned point is achievable: ``evaluate(cg, fr.choices, fr.edge_choices)``
   gives back ``fr.memory`` and ``fr.time`` (up to float rounding of the summation order).
 * ``epsilon > 0`` (epsilon-Pareto thinning). Every reduce that unions several candidate
-  lists, and the product of the run's separate components at its end (paired level by
-  level), is a *thinning step*: it keeps, of its exact frontier, a subset such that each dropped
+  lists, the product such a reduce stages first when its terms multiply more than two
+  multi-point cells, and the product of the run's separate components at its end (paired
+  level by level), is a *thinning step*: it keeps, of its exact frontier, a subset such that each dropped
   point (m, t) has a kept point (m', t') with ``t' < t`` and ``m' <= (1 + epsilon) m``.
   Because costs are non-negative, products and unions preserve such covers and reduce
   keeps them, so by induction: **for every point (m, t) of the frontier the same run
@@ -22,8 +23,8 @@ Guarantees
   thinning steps along any derivation (reported per run). For FT-LDP on a chain of n
   nodes, L = n with dense edges and L <= 2n - 1 with layout edges (one thinning to merge
   the configs of a layout class, one per layout pair, one final union); in general L is
-  at most the number of union-reduces performed, plus ``ceil(log2(components))`` for the
-  final products. With ``exact=True`` the reference is the
+  at most the number of union-reduces and staged products performed, plus
+  ``ceil(log2(components))`` for the final products. With ``exact=True`` the reference is the
   exact frontier of all strategies; with heuristic eliminations it is the frontier of the
   strategies that agree with the heuristic decisions of that run. Returned points stay
   exactly achievable (thinning only drops points), and the minimum-time point of the
