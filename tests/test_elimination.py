@@ -282,6 +282,29 @@ def test_a_staged_product_is_thinned_when_its_step_thins(as_sums):
             assert np.any((t <= et) & (m <= (1 + eps) ** 2 * em * (1 + 1e-12)))
 
 
+def test_a_combine_result_larger_than_a_quarter_of_the_memo_is_reused(monkeypatch):
+    """A repeated layer's largest step is the one most worth its memo entry: a result that
+    fits the memo is kept, whatever share of it it takes (the oldest entries make room)."""
+    import tensoropt_py.elimination.table as table
+    from tensoropt_py.elimination.table import Context, FTable
+
+    monkeypatch.setattr(table, "_MEMO_BYTES", 1 << 16)
+    rng = np.random.default_rng(5)
+    mem = np.sort(rng.uniform(1.0, 100.0, (8, 50)), axis=1).ravel()
+    tim = np.sort(rng.uniform(1.0, 100.0, (8, 50)), axis=1)[:, ::-1].ravel().copy()
+    ctx = Context()
+    outs = []
+    for _ in range(2):  # the same content twice, as two repeated layers give it
+        big = ctx.register(FTable(np.arange(9, dtype=np.int64) * 50, mem.copy(), tim.copy()))
+        term_off = np.arange(0, 8 * 40 + 1, 40)
+        cells = np.stack([np.repeat(np.arange(8), 40), np.tile(np.arange(8), 40)], axis=1)
+        outs.append(ctx.combine([big, big], term_off, cells))
+    entry = sum(a.nbytes for a in (outs[0].offsets, outs[0].mem, outs[0].time, outs[0].prov))
+    assert ctx._memo_cap // 4 < entry <= ctx._memo_cap
+    assert ctx.stats["memo_hits"] == 1
+    np.testing.assert_array_equal(outs[1].mem, outs[0].mem)
+
+
 @pytest.mark.parametrize("seed", range(5))
 @pytest.mark.parametrize("given_radices", [True, False])
 def test_unique_rows_matches_numpy(seed, given_radices):
