@@ -50,7 +50,8 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   default settings on the ``--llama-devices`` (the plain space, and with recomputation, sharded
   optimizer state and bf16-mixed): seconds (all, build, track; the rest is every point's peak),
   points, proven bound, the fastest point's gap to a lower bound, the least memory and the
-  fastest time, peak resident memory;
+  fastest time, peak resident memory; and the space with those levers tracked with
+  ``max_memory=--max-memory`` (seconds, points, memo hits, peak table bytes);
 * ``llama``: a Llama-3-8B-shaped model (32 layers, hidden 4096, GQA 32/8, FFN 14336,
   vocab 128256, batch 32 x 2048) imported from Hugging Face on the meta device, built
   with the default mesh space (hierarchical past 16 devices) and tracked with default
@@ -348,6 +349,13 @@ for preset, devices in {llama_runs}:
             rss_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
             least_memory_gb=float(fr.memory[0]) / 1e9, its_time=float(fr.time[0]),
             fastest_s=float(fr.time[-1]), its_memory_gb=float(fr.memory[-1]) / 1e9)
+    # the same space tracked under a smaller table budget (--max-memory): repeated layers must
+    # still come from the memo of combine results, whose share of the budget shrinks with it
+    from tensoropt_py.cost.training import TrainingOptions
+    cg = build_cost_graph(g, to.Cluster.preset(preset), devices, training=TrainingOptions(**levers)).cost_graph
+    t0 = time.perf_counter(); fr = track(cg, max_memory={max_memory}); s = time.perf_counter() - t0
+    out(case="mixtral_track_budget", devices=devices, max_memory={max_memory}, seconds=s, points=len(fr),
+        memo_hits=fr.stats["memo_hits"], peak_gib=fr.stats["peak_table_bytes"] / 2**30, bound=fr.memory_bound_factor)
 """,
 }
 

@@ -296,7 +296,7 @@ def test_a_combine_result_larger_than_a_quarter_of_the_memo_is_reused(monkeypatc
     outs = []
     for _ in range(2):  # the same content twice, as two repeated layers give it
         big = ctx.register(FTable(np.arange(9, dtype=np.int64) * 50, mem.copy(), tim.copy()))
-        term_off = np.arange(0, 8 * 40 + 1, 40)
+        term_off = np.arange(0, 8 * 40 + 1, 40)  # 320 terms: past the few a memo entry needs
         cells = np.stack([np.repeat(np.arange(8), 40), np.tile(np.arange(8), 40)], axis=1)
         outs.append(ctx.combine([big, big], term_off, cells))
     entry = sum(a.nbytes for a in (outs[0].offsets, outs[0].mem, outs[0].time, outs[0].prov))
