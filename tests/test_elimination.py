@@ -218,6 +218,24 @@ def test_simplify_keeps_chains_simple_paths(seed):
             assert set(g.adj[x]) == expect
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_a_node_gives_way_to_a_neighbour_that_makes_a_smaller_edge(seed):
+    # path 0-1-2-3 with K = 20, 3, 20, 2: in index order node 1 would go first and make a
+    # 20 x 20 edge; node 2, between 3 and 2 configs, makes a 3 x 2 one and must go first
+    rng = np.random.default_rng(seed)
+    ks = [20, 3, 20, 2]
+    cg = CostGraph(int_nodes(rng, ks), [(u, u + 1, int_edge(rng, ks[u], ks[u + 1])) for u in range(3)])
+    g = build_working_graph(cg)
+    left = []
+    simplify(g, "elimination", True, 10**9, "min_memory", cg.topological_order,
+             on_step=lambda g: left.append(set(g.nodes)))
+    assert left[0] - left[1] == {2}
+    final, ch, ech = finish(g, cg.n_nodes, cg.n_edges)
+    bf = brute_force_frontier(cg)
+    np.testing.assert_allclose(final.mem, bf.memory, rtol=1e-12)
+    np.testing.assert_allclose(final.time, bf.time, rtol=1e-12)
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_staged_products_and_batched_terms_stay_exact(seed, monkeypatch):
     """Force the staging of 3-way products and tiny term batches (concatenation tables)."""
