@@ -460,6 +460,24 @@ def test_a_cost_array_given_for_several_edges_is_stored_once():
         CostGraph([np.ones((3, 2))] * 2 + [np.ones((2, 2))], [(0, 1, tab), (1, 2, tab)])
 
 
+@pytest.mark.parametrize("forbidden", [False, True])
+def test_a_layout_table_given_for_several_edges_is_stored_once(forbidden):
+    # a table with absent options (+inf, or the 1e18 sentinel) is stored with them as +inf:
+    # that copy is made once for every edge given the table, so the edges still share it
+    tab = np.ones((2, 2, 2, 2))
+    if forbidden:
+        tab[0, 1, 1] = 1e18
+    layout = np.array([0, 1, 1])
+    shared = LayoutEdge(layout, layout, tab)
+    edges = [(u, u + 1, shared) for u in range(3)]
+    cg = CostGraph([np.ones((3, 2))] * 4, edges + [(0, 3, LayoutEdge(layout, layout, tab))])
+    assert cg.edges[0][2].table is cg.edges[1][2].table is cg.edges[2][2].table
+    assert cg.edges[3][2].table is not cg.edges[0][2].table
+    assert _track_module().edges_per_table(cg) == 2.0
+    assert cg.n_forbidden == (4 if forbidden else 0)
+    assert np.isinf(cg.edges[0][2].table[0, 1, 1]).all() == forbidden
+
+
 @pytest.mark.parametrize("bad", ["fast", "", -1, float("nan"), True, None])
 def test_parse_epsilon_names_the_bad_value(bad):
     with pytest.raises(InvalidInputError, match=r"epsilon must be .*got"):

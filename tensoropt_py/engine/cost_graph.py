@@ -253,10 +253,14 @@ class CostGraph:
                     raise CostGraphError(
                         f"edge {e} ({u}->{v}): dst_layout has {le.dst_layout.shape[0]} entries, node {v} has K={Kv}"
                     )
-                _check_costs(le.table, f"edge {e} ({u}->{v}) layout table")
-                tab4, nbad = _forbid(le.table)
+                known = shared.get(("layout", id(le.table)))
+                if known is None:
+                    _check_costs(le.table, f"edge {e} ({u}->{v}) layout table")
+                    tab4, nbad = _forbid(le.table)
+                    known = shared[("layout", id(le.table))] = (le.table, _readonly(tab4), nbad)
+                _, tab4, nbad = known
                 n_forbidden += nbad
-                if nbad:
+                if nbad:  # the forbidden entries' copy, made once for every edge given this table
                     le = LayoutEdge(le.src_layout, le.dst_layout, tab4)
                 tab = le.table if le.table.ndim == 4 else le.table[:, :, None, :]
                 smap, dmap = le.src_layout, le.dst_layout
