@@ -123,6 +123,21 @@ def test_top_configs_and_restrict():
     assert evaluate(sub, ch) == pytest.approx(evaluate(cg, full))
 
 
+def test_restrict_keeps_a_shared_table_shared():
+    # edges given one table keep sharing its compacted copy (kept as it is by their LayoutEdges
+    # and validated once by the CostGraph), while an edge of other classes gets its own
+    rng = np.random.default_rng(0)
+    shared = LayoutEdge(np.arange(4) % 2, np.arange(4) % 2, rng.uniform(size=(2, 2, 2)))
+    cg = CostGraph([rng.uniform(size=(4, 2)) for _ in range(4)], [(u, u + 1, shared) for u in range(3)])
+    keep = [np.arange(4), np.arange(4), np.arange(4), np.array([0, 2])]
+    sub = restrict(cg, keep)
+    tables = [e.table for _, _, e in sub.edges]
+    assert tables[0] is tables[1] and tables[2] is not tables[0]
+    ch = rng.integers(0, 2, size=(8, 4))
+    full = np.array([[k[c] for k, c in zip(keep, row)] for row in ch])
+    np.testing.assert_allclose(evaluate(sub, ch), evaluate(cg, full))
+
+
 @pytest.mark.parametrize("seed", range(16))
 def test_track_with_candidates(seed):
     cg = _graph(seed)

@@ -363,6 +363,7 @@ def restrict(cg, keep):
         small = shared.get(key)
         if small is None:
             small = shared[key] = np.ascontiguousarray(tab[ua][:, ub])
+            small.flags.writeable = False  # so that its LayoutEdges keep it, not a copy each
         edges.append((u, v, LayoutEdge(sm.reshape(-1), dm.reshape(-1), small)))
     return CostGraph(nodes, edges)
 
