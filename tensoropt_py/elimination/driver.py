@@ -138,7 +138,6 @@ def simplify(g, method, exact, max_merged_configs, heuristic, topological_order,
     return marker.chains if ldp else []
 
 
-
 def _cells_after(g, x):
     """Cells of the edge that eliminating degree-2 node ``x`` creates."""
     h, j = g.adj[x]

@@ -257,6 +257,7 @@ class CostGraph:
                 if known is None:
                     _check_costs(le.table, f"edge {e} ({u}->{v}) layout table")
                     tab4, nbad = _forbid(le.table)
+                    # (the table itself is held too, so that no other object takes its id meanwhile)
                     known = shared[("layout", id(le.table))] = (le.table, _readonly(tab4), nbad)
                 _, tab4, nbad = known
                 n_forbidden += nbad
