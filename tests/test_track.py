@@ -54,15 +54,24 @@ def assert_same_frontier(a, b):
     np.testing.assert_allclose(a.time, b.time, rtol=1e-9)
 
 
+def assert_exact_by_both_methods(cg, threads=1):
+    """Exact tracking equals brute force with either method, every point achievable; returns
+    the frontiers (one per method) for further checks."""
+    bf = brute_force_frontier(cg)
+    frs = []
+    for method in METHODS:
+        fr = track(cg, method=method, exact=True, threads=threads)
+        assert_same_frontier(fr, bf)
+        assert_achievable(cg, fr)
+        frs.append(fr)
+    return frs
+
+
 @settings(max_examples=150)
 @given(small_dags())
 def test_exact_equals_brute_force(cg):
-    bf = brute_force_frontier(cg)
-    for method in METHODS:
-        fr = track(cg, method=method, exact=True, threads=1)
+    for fr in assert_exact_by_both_methods(cg):
         assert fr.n_heuristic == 0
-        assert_same_frontier(fr, bf)
-        assert_achievable(cg, fr)
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -72,11 +81,7 @@ def test_dense_small_dags_equal_brute_force(seed):
                           layout_prob=0.4, max_options=1 + (seed % 3 == 0), seed=seed)
     if cg.n_strategies() > 300_000:
         pytest.skip("too many strategies for the oracle")
-    bf = brute_force_frontier(cg)
-    for method in METHODS:
-        fr = track(cg, method=method, exact=True, threads=2)
-        assert_same_frontier(fr, bf)
-        assert_achievable(cg, fr)
+    assert_exact_by_both_methods(cg, threads=2)
 
 
 @settings(max_examples=60)
@@ -215,11 +220,7 @@ def test_components_isolated_nodes_k1_and_multi_edges():
     cost[:, :, 0] = [0.0, 1.0]
     edges = [(0, 1, cost), (0, 1, LayoutEdge([0, 0], [0], np.ones((1, 1, 2))))]
     cg = CostGraph(nodes, edges)
-    bf = brute_force_frontier(cg)
-    for method in METHODS:
-        fr = track(cg, method=method, exact=True)
-        assert_same_frontier(fr, bf)
-        assert_achievable(cg, fr)
+    assert_exact_by_both_methods(cg, threads=None)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -331,15 +332,6 @@ def test_memo_of_repeated_layers_changes_nothing(method, layouts, eps, monkeypat
     assert_achievable(cg, fr)
 
 
-def assert_exact_by_both_methods(cg):
-    """Exact tracking equals brute force with either method, every point achievable."""
-    bf = brute_force_frontier(cg)
-    for method in METHODS:
-        fr = track(cg, method=method, exact=True, threads=1)
-        assert_same_frontier(fr, bf)
-        assert_achievable(cg, fr)
-
-
 @settings(max_examples=60, deadline=None)
 @given(small_dags())
 def test_exact_equals_brute_force_with_memo_everywhere(cg):
@@ -359,12 +351,8 @@ def test_exact_on_repeated_blocks_equals_brute_force(monkeypatch):
 
     monkeypatch.setattr(table, "_MEMO_MIN_TERMS", 1)
     cg = repeated_blocks(2, k=3)
-    bf = brute_force_frontier(cg)
-    for method in METHODS:
-        fr = track(cg, method=method, exact=True, threads=1)
+    for fr in assert_exact_by_both_methods(cg):
         assert fr.stats["memo_hits"] > 0
-        assert_same_frontier(fr, bf)
-        assert_achievable(cg, fr)
 
 
 def test_progress_reports_move_and_end():
