@@ -15,7 +15,9 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   points combined), and the configs the relaxation bounds prove useless given its default
   frontier (run ``transformer16_track`` first) for 12, 24 and 48 weights;
 * ``threads``: ``track`` on the Transformer at ``--thread-devices`` devices with
-  ``threads=1, 2, ...`` (``--threads``), epsilon 1e-3;
+  ``threads=1, 2, ...`` (``--threads``), epsilon 1e-3 without anchors, and with default settings
+  (seconds, speedup over the first count, and the seconds of the exact start given up and of
+  the anchors, which run on one thread);
 * ``cyclic``: random cyclic graphs with 1e18 sentinels: exact ``track`` (both methods)
   vs brute force (count of identical frontiers) and ``min_sum`` vs brute force;
 * ``mesh_loss``: what the hierarchical mesh space (``meshes="hierarchical"``,
@@ -149,9 +151,16 @@ for n in (12, 24, 48):
 """,
     "threads": r"""
 cg = build_cost_graph(zoo.transformer(), to.Cluster.preset("v100-2x8"), {devices}).cost_graph
+first = {{}}
 for th in {threads_list}:
     t0 = time.perf_counter(); fr = track(cg, epsilon=1e-3, threads=th, anchors=False); s = time.perf_counter() - t0
-    out(case="threads", devices={devices}, threads=th, seconds=s, points=len(fr))
+    first.setdefault("eps", s)
+    out(case="threads", devices={devices}, threads=th, seconds=s, speedup=first["eps"] / s, points=len(fr))
+    # the default settings: the exact start given up and the anchors run on one thread
+    t0 = time.perf_counter(); fr = track(cg, threads=th); s = time.perf_counter() - t0
+    first.setdefault("default", s)
+    out(case="threads_default", devices={devices}, threads=th, seconds=s, speedup=first["default"] / s, points=len(fr),
+        exact_start_s=(fr.stats.get("auto_exact_attempt") or {{}}).get("seconds"), anchor_s=fr.stats.get("anchor_seconds"))
 """,
     "cyclic": r"""
 from tensoropt_py.engine.random_graphs import random_cyclic_graph

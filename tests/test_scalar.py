@@ -129,6 +129,9 @@ def test_ends_solved_on_screened_configs_equal_the_whole_graph_optima(seed):
     for mem, tim in ((np.append(mem[ok], bf.memory[-1]), np.append(tim[ok], bf.time[-1])), (bf.memory, bf.time)):
         ach, aech, skipped, _ = track_mod._optima(cg, lams, 1 << 30, mem, tim)
         assert not skipped
+        # solved four at once (memory for all of them): the same strategies
+        pch, pech, pskipped, _ = track_mod._optima(cg, lams, 1 << 40, mem, tim, threads=4)
+        assert not pskipped and np.array_equal(pch, ach) and np.array_equal(pech, aech)
         am, at = evaluate(cg, ach, aech)
         assert at[0] == pytest.approx(bf.time.min(), rel=1e-12)
         assert (am[1], at[1]) == (pytest.approx(bf.memory[0], rel=1e-12), pytest.approx(bf.time[0], rel=1e-12))

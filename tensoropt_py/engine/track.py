@@ -318,7 +318,7 @@ _SCREEN_TOL = 1e-9  # relaxation bounds and evaluated costs are summed in differ
 _OPTIMUM_MAX_WORK = 2e9  # terms one exact optimum may sum (min_sum's max_work: a few seconds)
 
 
-def _optima(cg, lams, max_bytes, mem=None, tim=None):
+def _optima(cg, lams, max_bytes, mem=None, tim=None, threads=1):
     """The exact optima of ``time + lam * memory`` (:func:`min_sum`) for the ``lam`` of
     ``lams`` whose graph is narrow enough for it (and costs at most ``_OPTIMUM_MAX_WORK``
     terms), as ``(choices, edge_choices, skipped, bounds)``: arrays with one row per such lam
@@ -329,7 +329,10 @@ def _optima(cg, lams, max_bytes, mem=None, tim=None):
     bound (:func:`~.screen.relaxation_bounds`) allows a strategy at least as good for its lam
     as the best of those points: a config outside is in no optimal strategy (nor in a tie of
     one), so the optimum is the whole graph's, found on a far smaller graph. A few factors of
-    ``max_entries`` float64 may be alive at once: kept under ``max_bytes``."""
+    ``max_entries`` float64 may be alive at once per solve: up to ``threads`` solves run at
+    once where ``max_bytes`` holds that many (their large NumPy reductions overlap)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from .scalar import MAX_FACTOR_ENTRIES, min_sum
     from .screen import relaxation_bounds, restrict
 
@@ -341,8 +344,9 @@ def _optima(cg, lams, max_bytes, mem=None, tim=None):
             rb = relaxation_bounds(cg, finite, max_bytes=max_bytes)
         except MemoryLimitError:  # edges too large for the bounds: solve the whole graph
             rb = None
-    chs, echs, skipped = [], [], []
-    for lam in lams:
+
+    def solve(lam):
+        """``(choices, edge_choices)`` of the optimum for ``lam``, or the refusal message."""
         graph, keep = cg, None
         if rb is not None:
             row, limit = (-1, mem.min()) if np.isinf(lam) else (finite.index(float(lam)), (tim + lam * mem).min())
@@ -354,10 +358,19 @@ def _optima(cg, lams, max_bytes, mem=None, tim=None):
         try:
             opt = min_sum(graph, lam, max_entries=entries, max_work=_OPTIMUM_MAX_WORK)
         except InvalidInputError as exc:  # too wide (or too much work) for exact variable elimination
-            skipped.append((lam, f"lam={lam:g}: {exc}"))
-            continue
-        chs.append(opt.choices if keep is None else np.array([k[c] for k, c in zip(keep, opt.choices)], dtype=np.int64))
-        echs.append(opt.edge_choices)
+            return f"lam={lam:g}: {exc}"
+        ch = opt.choices if keep is None else np.array([k[c] for k, c in zip(keep, opt.choices)], dtype=np.int64)
+        return ch, opt.edge_choices
+
+    workers = min(len(lams), threads, max(1, max_bytes // (64 * entries)))
+    if workers > 1:
+        with ThreadPoolExecutor(workers) as pool:
+            solved = list(pool.map(solve, lams))
+    else:
+        solved = [solve(lam) for lam in lams]
+    chs = [r[0] for r in solved if not isinstance(r, str)]
+    echs = [r[1] for r in solved if not isinstance(r, str)]
+    skipped = [(lam, r) for lam, r in zip(lams, solved) if isinstance(r, str)]
     if not chs:
         return None, None, skipped, rb
     return np.stack(chs), np.stack(echs).reshape(len(chs), cg.n_edges), skipped, rb
@@ -368,7 +381,7 @@ def _end(mem, tim, lam):
     return int(np.argmin(mem if np.isinf(lam) else tim))
 
 
-def _add_anchors(cg, mem, tim, ch, ech, stats, strict, max_bytes):
+def _add_anchors(cg, mem, tim, ch, ech, stats, strict, max_bytes, threads=1):
     """Union the fastest and the smallest strategy (exact, :func:`min_sum`) into a frontier.
 
     Where an exact optimum is out of reach, the descents of :func:`_descents` are united in
@@ -380,7 +393,7 @@ def _add_anchors(cg, mem, tim, ch, ech, stats, strict, max_bytes):
 
     t0 = _time.perf_counter()
     try:
-        ach, aech, skipped, rb = _optima(cg, (0.0, np.inf), max_bytes, mem, tim)
+        ach, aech, skipped, rb = _optima(cg, (0.0, np.inf), max_bytes, mem, tim, threads)
     except _Infeasible:
         stats["anchors"] = "infeasible"
         return mem, tim, ch, ech
@@ -509,7 +522,8 @@ def _run_candidates(cg, per_weight, kwargs, max_bytes):
     if slopes.size:
         lams += list(np.geomspace(slopes.min(), 10 * slopes.max(), _SWEEP_WEIGHTS))
     t0 = _time.perf_counter()
-    och, oech, skipped, _ = _optima(cg, lams, max_bytes, *((None, None) if fr is None else (fr.memory, fr.time)))
+    och, oech, skipped, _ = _optima(cg, lams, max_bytes, *((None, None) if fr is None else (fr.memory, fr.time)),
+                                   threads=kwargs["threads"])
     if och is None:  # too wide for exact elimination: candidates from the bounds only
         stats["anchors"] = f"skipped: {skipped[0][1]}"
     elif skipped:
@@ -602,8 +616,8 @@ def track(
         the run starts over thinned from its first step (``stats["auto_exact_attempt"]``:
         the combines, terms and seconds given up).
     threads : int or None
-        Worker threads for the per-config work (None = all cores). The result does not
-        depend on it.
+        Worker threads for the per-config work, and exact optima solved at once (None = all
+        cores). The result does not depend on it.
     max_merged_configs : int
         With ``exact=False``, the largest config count a branch elimination may create
         before heuristic elimination is used instead.
@@ -762,7 +776,8 @@ def track(
             if key in stats2:
                 stats[key] = stats2[key]
     if anchors is True or (anchors == "auto" and (n_heur > 0 or eps > 0)):
-        mem, tim, ch, ech = _add_anchors(cg, mem, tim, ch, ech, stats, strict=anchors is True, max_bytes=int(max_memory))
+        mem, tim, ch, ech = _add_anchors(cg, mem, tim, ch, ech, stats, strict=anchors is True, max_bytes=int(max_memory),
+                                         threads=threads)
     else:
         stats["anchors"] = "off"
     if exact_attempt is not None:
