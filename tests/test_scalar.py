@@ -194,12 +194,13 @@ def test_the_value_less_pass_refuses_exactly_where_the_real_one_would(seed, lam)
 
 def _repeated_blocks(n_blocks, seed):
     """A chain of identical blocks (as model layers repeat: same tables, other nodes), each a
-    3-node chain with a 2-config node hanging off its middle."""
+    3-node chain with a 2-config node hanging off its middle; the links between blocks have
+    two options, and the tables within a block have one shape but other costs."""
     rng = np.random.default_rng(seed)
     node = [rng.uniform(1, 10, size=(3, 2)) for _ in range(3)] + [rng.uniform(1, 10, size=(2, 2))]
     inner = [rng.uniform(0, 5, size=(3, 3, 2)) for _ in range(2)]
     side = rng.uniform(0, 5, size=(3, 2, 2))
-    link = rng.uniform(0, 5, size=(3, 3, 2))
+    link = rng.uniform(0, 5, size=(3, 3, 2, 2))
     costs, edges = [], []
     for b in range(n_blocks):
         costs += node

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..elimination.table import unique_rows
+from ..elimination.table import table_key, unique_rows
 from ..errors import InfeasibleError, InvalidInputError
 from .cost_graph import CostGraph, evaluate
 
@@ -232,11 +232,15 @@ def _eliminate(cg, lam, max_entries, numeric):
     for i, c in enumerate(cg.node_costs):
         factors[i] = ((i,), (np.arange(K[i]),), _weigh(c[:, 0], c[:, 1], lam) if numeric else placeholder((K[i],)))
         of_var[i].add(i)
+    reduced = {}  # table_key of a cost table -> its options reduced: once per table that edges share
     for e, (u, v, smap, dmap, tab) in enumerate(cg._norm):
         if numeric:
-            w = _weigh(tab[..., 0], tab[..., 1], lam)  # (A, B, R, width)
-            best = _argbest(w, 2)
-            wmin = np.take_along_axis(w, best[..., None, None], axis=2)[:, :, 0]
+            key = table_key(tab)
+            if key not in reduced:
+                w = _weigh(tab[..., 0], tab[..., 1], lam)  # (A, B, R, width)
+                best = _argbest(w, 2)
+                reduced[key] = (best, np.take_along_axis(w, best[..., None, None], axis=2)[:, :, 0])
+            best, wmin = reduced[key]
             edge_opt.append((u, v, best, smap, dmap))
         else:
             wmin = placeholder(tab.shape[:2])
