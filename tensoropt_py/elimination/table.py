@@ -278,14 +278,17 @@ class Context:
         """Leaf of an edge: ``table`` (A, B, R, 2); cell a*B+b = reduced finite options.
 
         Edges that share one cost table (model graphs repeat identical layers, and the
-        cost builder shares their tables) share the leaf's arrays too (counted once)."""
+        cost builder shares their tables) share the leaf's arrays too (counted once), and
+        its content digest, hashed once instead of once per edge."""
         key = table_key(table)
         hit = self._leaf_cache.get(key)
         if hit is not None:
-            off, m, t, opts = hit
-            return self.register(FTable(off, m, t, leaf=("edge", e), options=opts), count=False)
+            off, m, t, opts, digest = hit
+            tab = FTable(off, m, t, leaf=("edge", e), options=opts)
+            tab._digest = digest
+            return self.register(tab, count=False)
         tab = self._edge_leaf(e, table)
-        self._leaf_cache[key] = (tab.offsets, tab.mem, tab.time, tab.options)
+        self._leaf_cache[key] = (tab.offsets, tab.mem, tab.time, tab.options, tab.digest())
         return tab
 
     def _edge_leaf(self, e, table):
