@@ -33,10 +33,12 @@ FORBIDDEN_COST = 1e17
 def _forbid(arr):
     """``arr`` (..., 2) with every (memory, time) pair holding a cost >= FORBIDDEN_COST (or
     +inf) replaced by (+inf, +inf); returns ``(array, n_forbidden)`` (the input if none)."""
+    if arr.size == 0 or arr.max() < FORBIDDEN_COST:  # one vectorised pass, for the usual case of none
+        return arr, 0
     bad = (arr >= FORBIDDEN_COST).any(axis=-1)
     nbad = int(bad.sum())
-    if nbad == 0:
-        return arr, 0
+    if np.isposinf(arr[bad]).all():  # stored as +inf already (a restricted graph's tables)
+        return arr, nbad
     out = np.array(arr, dtype=np.float64, copy=True)
     out[bad] = np.inf
     return out, nbad
@@ -50,6 +52,8 @@ def _readonly(a):
 
 def _check_costs(arr, what):
     """NaN / -inf / negative checks; +inf allowed (absent option) only where the caller says."""
+    if arr.size == 0 or arr.min() >= 0:  # one vectorised pass (a NaN makes the minimum NaN)
+        return
     if np.isnan(arr).any():
         bad = tuple(int(x) for x in np.argwhere(np.isnan(arr))[0])
         raise CostGraphError(f"{what} has NaN at index {bad}")
