@@ -111,12 +111,13 @@ def test_staircase_gives_way_to_the_heap_midway(seed, integer, limit):
 
 
 def test_long_frontiers_take_the_heap_and_agree():
-    # a product of two 70-point frontiers whose 4900 sums are all Pareto-optimal (more than
+    # a product of two 260-point frontiers whose 67,600 sums are all Pareto-optimal (more than
     # STAIR_LIMIT: "auto" turns to the heap), again from an equal cell (exact ties that only
     # provenance tells apart), and a shifted copy
-    i = np.arange(70.0)
-    coarse = (np.array([0, 70]), i * 100, (70 - i) * 100)
-    fine = (np.array([0, 70, 140, 210]), np.concatenate([i, i + 0.5, i]), np.concatenate([70 - i, 70.5 - i, 70 - i]))
+    n = 260
+    i = np.arange(float(n))
+    coarse = (np.array([0, n]), i * 1000, (n - i) * 1000)
+    fine = (np.array([0, n, 2 * n, 3 * n]), np.concatenate([i, i + 0.5, i]), np.concatenate([n - i, n + 0.5 - i, n - i]))
     term_off = np.array([0, 3])
     cells = np.array([[0, 2], [0, 0], [0, 1]])
     exp = combine_reference([coarse, fine], term_off, cells)

@@ -111,7 +111,8 @@ def combine_ragged(tables, term_off, term_cells, epsilon=0.0, threads=1, validat
         How a cell's shifted frontiers are reduced: ``"staircase"`` merges them one by one
         into the cell's frontier (linear in its size, fast while it is short), ``"heap"`` by
         a k-way heap merge, ``"auto"`` the first while the cell's frontier stays within
-        ``_kernels.STAIR_LIMIT`` points, else the second. The result does not depend on it.
+        ``_kernels.STAIR_LIMIT`` points and its work within ``_kernels.HEAP_WORK_FACTOR``
+        times the heap's estimate, else the second. The result does not depend on it.
 
     Returns
     -------
