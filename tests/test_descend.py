@@ -161,6 +161,48 @@ def test_windows_never_worsen_and_one_window_of_every_node_is_the_exact_optimum(
     assert _value(m[0], t[0], lam)[0] == pytest.approx(exact, rel=1e-9)
 
 
+def _repeated_chain(n_blocks, seed):
+    """A chain of identical 3-node blocks (as model layers repeat: the same tables, other
+    nodes), the links between blocks with two options."""
+    rng = np.random.default_rng(seed)
+    node = [rng.uniform(1, 10, size=(3, 2)) for _ in range(3)]
+    inner = [rng.uniform(0, 5, size=(3, 3, 2)) for _ in range(2)]
+    link = rng.uniform(0, 5, size=(3, 3, 2, 2))
+    edges = []
+    for b in range(n_blocks):
+        edges += [(3 * b, 3 * b + 1, inner[0]), (3 * b + 1, 3 * b + 2, inner[1])]
+        if b:
+            edges.append((3 * b - 1, 3 * b, link))
+    return CostGraph(node * n_blocks, edges)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("lam", [0.0, 0.3, np.inf])
+def test_repeated_windows_are_solved_once_and_change_nothing(seed, lam, monkeypatch):
+    # windows of identical content (repeated blocks, the rest alike) share one exact solve;
+    # without that memo (every window its own key) the results are the same
+    import tensoropt_py.engine.polish as polish
+    import tensoropt_py.engine.screen as screen
+
+    cg = _repeated_chain(8, seed)
+    start = np.zeros(cg.n_nodes, dtype=np.int64)
+    no_ech = np.zeros(cg.n_edges, dtype=np.int64)
+    results = []
+    for memo in (True, False):
+        solves = []
+        for module in (polish, screen):
+            monkeypatch.setattr(module, "min_sum", lambda *a, _f=min_sum, **k: solves.append(1) or _f(*a, **k))
+            if not memo:
+                keys = itertools.count()
+                monkeypatch.setattr(module, "content_digest", lambda sub, tables: next(keys))
+        ch, ech, solved = reoptimize_windows(cg, start, no_ech, lam, window=6)
+        bound = window_bound(cg, lam, window=3)
+        results.append((ch.tolist(), ech.tolist(), solved, bound, len(solves)))
+    (ch, ech, solved, bound, n_memo), (ch0, ech0, solved0, bound0, n_all) = results
+    assert (ch, ech, solved, bound) == (ch0, ech0, solved0, bound0)
+    assert n_memo < n_all
+
+
 def test_windows_leave_a_window_too_wide_as_it_is():
     cg = random_cyclic_graph(n_nodes=6, max_k=4, edge_prob=0.9, seed=3)
     start = np.zeros(cg.n_nodes, dtype=np.int64)

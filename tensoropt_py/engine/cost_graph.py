@@ -15,10 +15,12 @@ ever returned while a strategy without them exists.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..elimination.table import table_key
 from ..errors import CostGraphError, InvalidInputError
 from .algebra import frontier_indices
 from .result import TrackedFrontier
@@ -463,6 +465,46 @@ def evaluate(cg, choices, edge_choices=None):
         mem += cost[:, 0]
         tim += cost[:, 1]
     return mem, tim
+
+
+def content_digest(cg, table_digests):
+    """A digest of all that a CostGraph's strategies cost: every node's costs and every edge's
+    ends, layout maps and cost table, in order. Two graphs with one digest have the same
+    optima and frontier, with the same indices (windows of a model's repeated layers do).
+
+    Parameters
+    ----------
+    cg : CostGraph
+    table_digests : dict
+        Digests of the edge cost tables, by the identity of their memory (filled as tables
+        are met): a table several edges or graphs share is hashed once. It holds each table
+        it has hashed, so that no other array takes that memory while it is kept.
+
+    Returns
+    -------
+    bytes
+
+    Examples
+    --------
+    >>> table = np.zeros((2, 2, 2))
+    >>> a = CostGraph([np.array([[1.0, 2.0], [2.0, 1.0]])] * 2, [(0, 1, table)])
+    >>> b = CostGraph([np.array([[1.0, 2.0], [2.0, 1.0]])] * 2, [(0, 1, table.copy())])
+    >>> content_digest(a, {}) == content_digest(b, {})
+    True
+    """
+    h = hashlib.sha256()
+    for c in cg.node_costs:
+        h.update(repr(c.shape).encode())
+        h.update(np.ascontiguousarray(c).data)
+    for u, v, smap, dmap, tab in cg._norm:
+        key = table_key(tab)
+        if key not in table_digests:
+            table_digests[key] = (tab, hashlib.sha256(repr(tab.shape).encode() + np.ascontiguousarray(tab).tobytes()).digest())
+        h.update(repr((u, v, smap.shape[0], dmap.shape[0])).encode())
+        h.update(np.ascontiguousarray(smap).data)
+        h.update(np.ascontiguousarray(dmap).data)
+        h.update(table_digests[key][1])
+    return h.digest()
 
 
 def brute_force_frontier(cg, max_strategies=MAX_BRUTE_FORCE_STRATEGIES):

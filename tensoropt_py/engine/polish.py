@@ -20,7 +20,7 @@ import numpy as np
 from ..elimination.table import table_key
 from ..errors import InfeasibleError, InvalidInputError
 from ..units import parse_count
-from .cost_graph import CostGraph, LayoutEdge, evaluate
+from .cost_graph import CostGraph, LayoutEdge, content_digest, evaluate
 from .scalar import _weigh, min_sum
 
 __all__ = ["descend", "reoptimize_windows"]
@@ -284,24 +284,38 @@ def reoptimize_windows(cg, choices, edge_choices, lam, window=_WINDOW, max_entri
     state = _Descent(cg, ch, lam)
     step = max(1, window // 2)
     solved = 0
+    # a window's move by its content and current configs (repeated layers repeat windows)
+    moves, tables = {}, {}
     for start in range(0, max(1, cg.n_nodes - window + step), step):
         nodes = order[start:start + window]
         inside = np.zeros(cg.n_nodes, dtype=bool)
         inside[nodes] = True
         try:
             sub = _window_graph(cg, state, nodes, inside)
-            opt = min_sum(sub, lam, max_entries=int(max_entries), max_work=max_work)
-        except (InvalidInputError, InfeasibleError):
-            # too wide (or too much work) for exact elimination, or no finite strategy of the
-            # window with the rest as it is (a CostGraphError from a node left no config)
+        except InvalidInputError:  # a node left no finite config with the rest as it is
+            continue
+        key = (content_digest(sub, tables), ch[nodes].tobytes())
+        if key not in moves:
+            moves[key] = _window_move(sub, ch[nodes], lam, max_entries, max_work)
+        move = moves[key]
+        if move is None:  # too wide (or too much work) for exact elimination, or no finite strategy
             continue
         solved += 1
-        now = _value(sub, ch[nodes], lam)
-        new = _value(sub, opt.choices, lam)
-        if _better(new, now):
-            ch[nodes] = opt.choices
+        if move is not True:
+            ch[nodes] = move
     _best_options(cg, ch, ech, lam)
     return ch, ech, solved
+
+
+def _window_move(sub, current, lam, max_entries, max_work):
+    """The optimum of window graph ``sub`` (:func:`~tensoropt_py.engine.min_sum`) where it beats
+    its configs ``current`` by more than rounding, True where it does not, None where the
+    window is too wide for the limits or has no finite strategy."""
+    try:
+        opt = min_sum(sub, lam, max_entries=int(max_entries), max_work=max_work)
+    except (InvalidInputError, InfeasibleError):
+        return None
+    return opt.choices if _better(_value(sub, opt.choices, lam), _value(sub, current, lam)) else True
 
 
 def _window_graph(cg, state, nodes, inside):

@@ -27,7 +27,7 @@ from ..elimination.table import table_key
 from ..errors import InfeasibleError, InvalidInputError, MemoryLimitError
 from ..units import parse_count
 from .algebra import frontier_indices
-from .cost_graph import CostGraph, LayoutEdge
+from .cost_graph import CostGraph, LayoutEdge, content_digest
 from .scalar import min_sum
 
 __all__ = ["RelaxationBounds", "relaxation_bounds", "screen_out", "restrict", "lam_grid", "improving_moves",
@@ -549,21 +549,25 @@ def window_bound(cg, lam, window=_WINDOW_BOUND, max_entries=5_000_000, max_work=
         if key not in scalar:
             w = _weighted(tab[..., 0], tab[..., 1], lam)  # (A, B, R)
             scalar[key] = np.stack([np.zeros_like(w), w], axis=-1)
+            scalar[key].flags.writeable = False  # so that the windows' graphs keep it, not a copy each
         if part[u] == part[v]:
             inside[part[u]].append((u, v, smap, dmap, scalar[key]))
         else:  # relaxed: its least cost for each config of u, whatever v does
             unary[u] = unary[u] + scalar[key][..., 1].min(axis=(1, 2))[smap]
     total = 0.0
+    optima, tables = {}, {}  # a window's optimum by its content (repeated layers repeat windows)
     for k, edges in enumerate(inside):
         nodes = order[k * window:(k + 1) * window]
         local = {int(i): j for j, i in enumerate(nodes)}
         costs = [np.stack([np.zeros_like(unary[i]), unary[i]], axis=1) for i in nodes]
         try:
-            opt = min_sum(CostGraph(costs, [(local[u], local[v], LayoutEdge(sm, dm, t)) for u, v, sm, dm, t in edges]),
-                          0.0, max_entries=int(max_entries), max_work=max_work)
+            sub = CostGraph(costs, [(local[u], local[v], LayoutEdge(sm, dm, t)) for u, v, sm, dm, t in edges])
+            key = content_digest(sub, tables)
+            if key not in optima:
+                optima[key] = min_sum(sub, 0.0, max_entries=int(max_entries), max_work=max_work).value
         except InfeasibleError:  # no finite strategy at all: nothing is below +inf
             return float("inf")
         except InvalidInputError:  # too wide for the limits (or a window node with no config left)
             return None
-        total += opt.value
+        total += optima[key]
     return total
