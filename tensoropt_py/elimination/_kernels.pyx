@@ -807,8 +807,8 @@ def combine_kernel(list offs, list mems, list tims, cnp.ndarray term_off, object
     stair_limit : int
         A cell's lists are merged one by one into its frontier while that stays within this
         many points and the merging within ``HEAP_WORK_FACTOR`` times the heap's estimated
-        comparisons, else by a heap (the result is the same); -1: always one by one, 0: always the heap (tests compare both
-        with the reference).
+        comparisons, else by a heap (the result is the same); -1: always one by one, 0: always
+        the heap (tests compare both with the reference).
     outer : None or (row, col)
         Terms given as sums instead of ``term_cells``: int64 arrays ``row`` (S, n_out) and
         ``col`` (S, U), C-contiguous; every cell has ``U`` terms (``term_off = U * arange``)

@@ -499,7 +499,8 @@ def content_digest(cg, table_digests):
     for u, v, smap, dmap, tab in cg._norm:
         key = table_key(tab)
         if key not in table_digests:
-            table_digests[key] = (tab, hashlib.sha256(repr(tab.shape).encode() + np.ascontiguousarray(tab).tobytes()).digest())
+            digest = hashlib.sha256(repr(tab.shape).encode() + np.ascontiguousarray(tab).tobytes()).digest()
+            table_digests[key] = (tab, digest)
         h.update(repr((u, v, smap.shape[0], dmap.shape[0])).encode())
         h.update(np.ascontiguousarray(smap).data)
         h.update(np.ascontiguousarray(dmap).data)
