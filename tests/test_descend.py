@@ -161,6 +161,43 @@ def test_windows_never_worsen_and_one_window_of_every_node_is_the_exact_optimum(
     assert _value(m[0], t[0], lam)[0] == pytest.approx(exact, rel=1e-9)
 
 
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("lam", LAMS)
+def test_best_options_of_edges_sharing_tables_match_edge_by_edge(seed, lam):
+    # the options are set table by table; edge by edge (the rule itself) gives the same, from
+    # options in range, out of range and at forbidden entries
+    from tensoropt_py.engine.polish import _argbest, _best_options, _better, _objective
+
+    rng = np.random.default_rng(seed)
+    if seed % 3 == 0:  # options within and just past rounding of one another (the rule's tolerance)
+        near = 1.0 + np.array([0.0, -1e-12, 1e-12, -1e-6, 1e-6])
+        tab = rng.uniform(1, 10, size=(2, 2, 1, 2)) * near[rng.integers(0, 5, size=(2, 2, 5, 2))]
+        cg = CostGraph([rng.uniform(1, 10, size=(2, 2))] * 3, [(0, 1, tab), (1, 2, tab), (0, 2, tab)])
+    elif seed % 3 == 1:
+        cg = _repeated_chain(4, seed)
+    else:
+        cg = random_cyclic_graph(seed=seed, forbidden_prob=0.1, max_options=3)
+    ch = np.array([rng.integers(0, k) for k in cg.n_configs], dtype=np.int64)
+    start = np.array([rng.integers(-1, cg.n_options(e) + 1) for e in range(cg.n_edges)], dtype=np.int64)
+    expected = start.copy()
+    for e, (u, v, smap, dmap, tab) in enumerate(cg._norm):
+        rows = tab[smap[ch[u]], dmap[ch[v]]]
+        cost = _objective(rows[:, 0], rows[:, 1], lam)
+        best = int(_argbest(cost, axis=0))
+        if not 0 <= expected[e] < cost.shape[0] or _better(cost[best], cost[expected[e]]):
+            expected[e] = best
+    got = start.copy()
+    _best_options(cg, ch, got, lam)
+    assert got.tolist() == expected.tolist()
+    # an option beaten by less than rounding stays; one beaten by more gives way
+    tab = np.array([[1.0, 1.0 - 1e-12], [1.0, 1.0 + 1e-12], [1.0, 1.0 + 1e-6]])[None, None]
+    two = CostGraph([np.ones((1, 2))] * 2, [(0, 1, tab)])
+    for now, best in ((1, 1), (2, 0), (-1, 0)):
+        ech = np.array([now])
+        _best_options(two, np.zeros(2, dtype=np.int64), ech, lam)
+        assert ech.tolist() == [best]
+
+
 def _repeated_chain(n_blocks, seed):
     """A chain of identical 3-node blocks (as model layers repeat: the same tables, other
     nodes), the links between blocks with two options."""

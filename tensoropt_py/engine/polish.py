@@ -47,13 +47,24 @@ def _check(cg, choices, edge_choices, lam):
 
 def _best_options(cg, ch, ech, lam):
     """Set, in place, every edge of ``ech`` whose option is not the best for ``lam`` given its
-    ends' configs ``ch`` (or is out of range) to the best one."""
+    ends' configs ``ch`` (or is out of range) to the best one: the edges that share a cost
+    table at once."""
+    groups = {}  # per cost table: its edges and the classes their ends' configs pick
     for e, (u, v, smap, dmap, tab) in enumerate(cg._norm):
-        rows = tab[smap[ch[u]], dmap[ch[v]]]  # (R, 2)
-        cost = _objective(rows[:, 0], rows[:, 1], lam)
-        best = int(_argbest(cost, axis=0))
-        if not 0 <= ech[e] < cost.shape[0] or _better(cost[best], cost[ech[e]]):
-            ech[e] = best
+        group = groups.setdefault(table_key(tab), (tab, [], [], []))
+        group[1].append(e)
+        group[2].append(smap[ch[u]])
+        group[3].append(dmap[ch[v]])
+    for tab, edges, rows, cols in groups.values():
+        edges = np.asarray(edges, dtype=np.int64)
+        pairs = tab[np.asarray(rows), np.asarray(cols)]  # (n, R, 2)
+        cost = _objective(pairs[..., 0], pairs[..., 1], lam)  # (n, R, width)
+        best = _argbest(cost, axis=1)
+        now = ech[edges]
+        change = (now < 0) | (now >= cost.shape[1])
+        keep = np.flatnonzero(~change)
+        change[keep] = _better_rows(cost[keep, best[keep]], cost[keep, now[keep]])
+        ech[edges[change]] = best[change]
 
 
 _DESCENT_SWEEPS = 20  # sweeps of moves before descend stops (each move strictly improves)
@@ -84,6 +95,16 @@ def _better(a, b):
     if a[0] < b[0] - tol[0]:
         return True
     return len(b) > 1 and a[0] <= b[0] + tol[0] and a[1] < b[1] - tol[1]
+
+
+def _better_rows(a, b):
+    """:func:`_better` of cost rows ``a`` and ``b`` (``(n, width)``), row by row."""
+    with np.errstate(invalid="ignore"):  # inf - inf where both are forbidden: not better
+        tol = np.where(np.isfinite(b), _REL_TOL * np.abs(b), 0.0)
+        out = a[:, 0] < b[:, 0] - tol[:, 0]
+        if b.shape[1] > 1:
+            out |= (a[:, 0] <= b[:, 0] + tol[:, 0]) & (a[:, 1] < b[:, 1] - tol[:, 1])
+    return out
 
 
 def _at_best_option(rows, lam):
