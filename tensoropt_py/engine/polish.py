@@ -57,8 +57,8 @@ def _best_options(cg, ch, ech, lam):
         group[3].append(dmap[ch[v]])
     for tab, edges, rows, cols in groups.values():
         edges = np.asarray(edges, dtype=np.int64)
-        pairs = tab[np.asarray(rows), np.asarray(cols)]  # (n, R, 2)
-        cost = _objective(pairs[..., 0], pairs[..., 1], lam)  # (n, R, width)
+        options = tab[np.asarray(rows), np.asarray(cols)]  # (n, R, 2)
+        cost = _objective(options[..., 0], options[..., 1], lam)  # (n, R, width)
         best = _argbest(cost, axis=1)
         now = ech[edges]
         change = (now < 0) | (now >= cost.shape[1])
@@ -99,11 +99,10 @@ def _better(a, b):
 
 def _better_rows(a, b):
     """:func:`_better` of cost rows ``a`` and ``b`` (``(n, width)``), row by row."""
-    with np.errstate(invalid="ignore"):  # inf - inf where both are forbidden: not better
-        tol = np.where(np.isfinite(b), _REL_TOL * np.abs(b), 0.0)
-        out = a[:, 0] < b[:, 0] - tol[:, 0]
-        if b.shape[1] > 1:
-            out |= (a[:, 0] <= b[:, 0] + tol[:, 0]) & (a[:, 1] < b[:, 1] - tol[:, 1])
+    tol = np.where(np.isfinite(b), _REL_TOL * np.abs(b), 0.0)
+    out = a[:, 0] < b[:, 0] - tol[:, 0]
+    if b.shape[1] > 1:
+        out |= (a[:, 0] <= b[:, 0] + tol[:, 0]) & (a[:, 1] < b[:, 1] - tol[:, 1])
     return out
 
 

@@ -44,6 +44,7 @@ Guarantees
 from __future__ import annotations
 
 import time as _time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Literal
 
 import numpy as np
@@ -331,8 +332,6 @@ def _optima(cg, lams, max_bytes, mem=None, tim=None, threads=1):
     one), so the optimum is the whole graph's, found on a far smaller graph. A few factors of
     ``max_entries`` float64 may be alive at once per solve: up to ``threads`` solves run at
     once where ``max_bytes`` holds that many (their large NumPy reductions overlap)."""
-    from concurrent.futures import ThreadPoolExecutor
-
     from .scalar import MAX_FACTOR_ENTRIES, min_sum
     from .screen import relaxation_bounds, restrict
 
