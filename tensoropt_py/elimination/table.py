@@ -64,7 +64,7 @@ class ExactBudgetSpent(Exception):
 class FTable:
     """A ragged frontier table (internal)."""
 
-    __slots__ = ("id", "offsets", "mem", "time", "parents", "prov", "leaf", "options", "depth", "pieces", "_maxc", "pinned", "_digest", "ctx")
+    __slots__ = ("id", "offsets", "mem", "time", "parents", "prov", "leaf", "options", "depth", "pieces", "_maxc", "pinned", "_digest", "same", "ctx")
 
     def __init__(self, offsets, mem, time, parents=(), prov=None, leaf=None, options=None, depth=0, pieces=None):
         self.id = -1
@@ -80,6 +80,7 @@ class FTable:
         self._maxc = None
         self.pinned = False  # True: a snapshot of the working graph still needs the costs
         self._digest = None
+        self.same = None  # a table of the same arrays (an edge leaf shared by edges): its digest is this one's
         self.ctx = None  # the Context that registered it (memory accounting)
 
     def digest(self):
@@ -88,7 +89,7 @@ class FTable:
         key determines its content, so it is hashed instead of the points: see
         :meth:`Context._combine_raw`)."""
         if self._digest is None:
-            self._digest = _digest(self.offsets, self.mem, self.time)
+            self._digest = self.same.digest() if self.same is not None else _digest(self.offsets, self.mem, self.time)
         return self._digest
 
     @property
@@ -279,16 +280,14 @@ class Context:
 
         Edges that share one cost table (model graphs repeat identical layers, and the
         cost builder shares their tables) share the leaf's arrays too (counted once), and
-        its content digest, hashed once instead of once per edge."""
+        its content digest, hashed once (when a memo key first needs it) instead of once per edge."""
         key = table_key(table)
-        hit = self._leaf_cache.get(key)
-        if hit is not None:
-            off, m, t, opts, digest = hit
-            tab = FTable(off, m, t, leaf=("edge", e), options=opts)
-            tab._digest = digest
+        first = self._leaf_cache.get(key)
+        if first is not None:
+            tab = FTable(first.offsets, first.mem, first.time, leaf=("edge", e), options=first.options)
+            tab.same = first
             return self.register(tab, count=False)
-        tab = self._edge_leaf(e, table)
-        self._leaf_cache[key] = (tab.offsets, tab.mem, tab.time, tab.options, tab.digest())
+        tab = self._leaf_cache[key] = self._edge_leaf(e, table)
         return tab
 
     def _edge_leaf(self, e, table):
