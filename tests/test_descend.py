@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tensoropt_py.engine import CostGraph, evaluate, min_sum, track
-from tensoropt_py.engine.random_graphs import random_cyclic_graph, random_small_dag
+from tensoropt_py.engine.random_graphs import random_cyclic_graph, random_repeated_blocks, random_small_dag
 from tensoropt_py.engine.polish import descend, reoptimize_windows
 from tensoropt_py.engine.screen import lower_bounds, relaxation_bounds, window_bound
 from tensoropt_py.errors import InfeasibleError, InvalidInputError
@@ -174,7 +174,7 @@ def test_best_options_of_edges_sharing_tables_match_edge_by_edge(seed, lam):
         tab = rng.uniform(1, 10, size=(2, 2, 1, 2)) * near[rng.integers(0, 5, size=(2, 2, 5, 2))]
         cg = CostGraph([rng.uniform(1, 10, size=(2, 2))] * 3, [(0, 1, tab), (1, 2, tab), (0, 2, tab)])
     elif seed % 3 == 1:
-        cg = _repeated_chain(4, seed)
+        cg = random_repeated_blocks(4, seed=seed)
     else:
         cg = random_cyclic_graph(seed=seed, forbidden_prob=0.1, max_options=3)
     ch = np.array([rng.integers(0, k) for k in cg.n_configs], dtype=np.int64)
@@ -198,21 +198,6 @@ def test_best_options_of_edges_sharing_tables_match_edge_by_edge(seed, lam):
         assert ech.tolist() == [best]
 
 
-def _repeated_chain(n_blocks, seed):
-    """A chain of identical 3-node blocks (as model layers repeat: the same tables, other
-    nodes), the links between blocks with two options."""
-    rng = np.random.default_rng(seed)
-    node = [rng.uniform(1, 10, size=(3, 2)) for _ in range(3)]
-    inner = [rng.uniform(0, 5, size=(3, 3, 2)) for _ in range(2)]
-    link = rng.uniform(0, 5, size=(3, 3, 2, 2))
-    edges = []
-    for b in range(n_blocks):
-        edges += [(3 * b, 3 * b + 1, inner[0]), (3 * b + 1, 3 * b + 2, inner[1])]
-        if b:
-            edges.append((3 * b - 1, 3 * b, link))
-    return CostGraph(node * n_blocks, edges)
-
-
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("lam", [0.0, 0.3, np.inf])
 def test_repeated_windows_are_solved_once_and_change_nothing(seed, lam, monkeypatch):
@@ -221,7 +206,7 @@ def test_repeated_windows_are_solved_once_and_change_nothing(seed, lam, monkeypa
     import tensoropt_py.engine.polish as polish
     import tensoropt_py.engine.screen as screen
 
-    cg = _repeated_chain(8, seed)
+    cg = random_repeated_blocks(8, seed=seed)
     start = np.zeros(cg.n_nodes, dtype=np.int64)
     no_ech = np.zeros(cg.n_edges, dtype=np.int64)
     results = []

@@ -6,7 +6,8 @@ import pytest
 import tensoropt_py as to
 from tensoropt_py.cost.builder import build_cost_graph
 from tensoropt_py.engine import CostGraph, LayoutEdge, brute_force_frontier, evaluate, min_sum, track
-from tensoropt_py.engine.random_graphs import random_chain, random_cyclic_graph, random_layered_dag, random_small_dag
+from tensoropt_py.engine.random_graphs import (random_chain, random_cyclic_graph, random_layered_dag, random_repeated_blocks,
+                                               random_small_dag)
 from tensoropt_py.errors import InfeasibleError, InvalidInputError
 from tensoropt_py.graph import zoo
 
@@ -192,29 +193,11 @@ def test_the_value_less_pass_refuses_exactly_where_the_real_one_would(seed, lam)
     assert isinstance(work, int) and work >= cg.n_nodes  # one term at least per node eliminated
 
 
-def _repeated_blocks(n_blocks, seed):
-    """A chain of identical blocks (as model layers repeat: same tables, other nodes), each a
-    3-node chain with a 2-config node hanging off its middle; the links between blocks have
-    two options, and the tables within a block have one shape but other costs."""
-    rng = np.random.default_rng(seed)
-    node = [rng.uniform(1, 10, size=(3, 2)) for _ in range(3)] + [rng.uniform(1, 10, size=(2, 2))]
-    inner = [rng.uniform(0, 5, size=(3, 3, 2)) for _ in range(2)]
-    side = rng.uniform(0, 5, size=(3, 2, 2))
-    link = rng.uniform(0, 5, size=(3, 3, 2, 2))
-    costs, edges = [], []
-    for b in range(n_blocks):
-        costs += node
-        edges += [(4 * b, 4 * b + 1, inner[0]), (4 * b + 1, 4 * b + 2, inner[1]), (4 * b + 1, 4 * b + 3, side)]
-        if b:
-            edges.append((4 * b - 2, 4 * b, link))
-    return CostGraph(costs, edges)
-
-
 @pytest.mark.parametrize("seed", range(4))
 def test_repeated_reductions_are_reused_and_change_nothing(seed, monkeypatch):
     from tensoropt_py.engine import scalar
 
-    cg = _repeated_blocks(3, seed)
+    cg = random_repeated_blocks(3, side=True, seed=seed)
     bf = brute_force_frontier(cg)
     calls = []
     reduce_slabs = scalar._reduce_slabs

@@ -28,6 +28,7 @@ __all__ = [
     "random_cyclic_graph",
     "random_sparse_cyclic_graph",
     "random_interval_usage",
+    "random_repeated_blocks",
 ]
 
 
@@ -168,6 +169,56 @@ def random_chain(n, k, layouts=None, options=1, seed=None, integer_costs=False):
     for i in range(n - 1):
         b.edge(i, i + 1)
     return b.build()
+
+
+def random_repeated_blocks(n_blocks, k=3, side=False, options=2, seed=None, integer_costs=False):
+    """A chain of identical blocks, as a model repeats its layers: every block has the same
+    node cost arrays and edge tables (the same objects) on other nodes.
+
+    A block is a chain of three ``k``-config nodes; with ``side``, a 2-config node hangs off
+    its middle one. Each block's last node links to the next block's first by one shared
+    table with ``options`` options per config pair.
+
+    Parameters
+    ----------
+    n_blocks : int >= 1
+    k : int >= 1
+        Configs of the chain's nodes.
+    side : bool
+        Hang a 2-config node off the middle of every block.
+    options : int >= 1
+        R options per config pair of the links between blocks.
+    seed : None, int or Generator
+    integer_costs : bool
+        Exact-in-float integer costs (for brute-force comparisons).
+
+    Examples
+    --------
+    >>> cg = random_repeated_blocks(4, side=True, seed=0)
+    >>> str(cg), cg.n_options(6)  # edge 6: the link from block 0 to block 1
+    ('CostGraph(nodes=16, edges=15, K<=3)', 2)
+    >>> cg.edges[0][2] is cg.edges[3][2]  # the first edge of blocks 0 and 1: one table
+    True
+    """
+    n_blocks = parse_count(n_blocks, "n_blocks")
+    k = parse_count(k, "k")
+    options = parse_count(options, "options")
+    rng = as_generator(seed)
+    chain = [_node_costs(rng, k, integer_costs) for _ in range(3)]
+    inner = [_pair_table(rng, k, k, 1, integer_costs)[:, :, 0] for _ in range(2)]
+    link = _pair_table(rng, k, k, options, integer_costs)
+    hanging = (_node_costs(rng, 2, integer_costs), _pair_table(rng, k, 2, 1, integer_costs, diagonal_cheap=False)[:, :, 0])
+    size = 4 if side else 3
+    nodes, edges = [], []
+    for b in range(n_blocks):
+        first = size * b
+        nodes += chain + ([hanging[0]] if side else [])
+        edges += [(first, first + 1, inner[0]), (first + 1, first + 2, inner[1])]
+        if side:
+            edges.append((first + 1, first + 3, hanging[1]))
+        if b:
+            edges.append((first - size + 2, first, link))
+    return CostGraph(nodes, edges)
 
 
 def random_layered_dag(n_layers, width, k, layouts=None, options=1, skip_prob=0.2, seed=None, integer_costs=False):
