@@ -122,6 +122,7 @@ class _Descent:
         self.nbrs = [set() for _ in range(cg.n_nodes)]
         best = {}  # per edge cost array (layers share theirs): its classes' pairs at their best option
         self.best = []
+        self.least = []  # and the least of those (per component): a bound for move_pair
         for e, (u, v, _smap, _dmap, tab) in enumerate(cg._norm):
             self.inc[u].append(e)
             self.inc[v].append(e)
@@ -129,8 +130,10 @@ class _Descent:
             self.nbrs[v].add(u)
             key = table_key(tab)
             if key not in best:
-                best[key] = _at_best_option(tab, lam)  # (A, B, width)
-            self.best.append(best[key])
+                at_best = _at_best_option(tab, lam)  # (A, B, width)
+                best[key] = at_best, at_best.reshape(-1, at_best.shape[-1]).min(axis=0)
+            self.best.append(best[key][0])
+            self.least.append(best[key][1])
         self.node = [_objective(c[:, 0], c[:, 1], lam) for c in cg.node_costs]
 
     def local(self, i, skip=-1):
@@ -154,12 +157,23 @@ class _Descent:
 
     def move_pair(self, u, v):
         """Move the two ends of an edge together (all edges between them count jointly)."""
-        joint = self.local(u, skip=v)[:, None, :] + self.local(v, skip=u)[None, :, :]
-        for e in self.inc[u]:
+        lu, lv = self.local(u, skip=v), self.local(v, skip=u)
+        between = [e for e in self.inc[u] if {self.cg._norm[e][0], self.cg._norm[e][1]} == {u, v}]
+        # most pairs cannot move: no pair of configs sums below the least of each part (summed in
+        # the order of the joint costs below, so rounding keeps every joint cost above the bound)
+        current = lu[self.ch[u]] + lv[self.ch[v]]
+        bound = lu.min(axis=0) + lv.min(axis=0)
+        for e in between:
             a, b, smap, dmap, _tab = self.cg._norm[e]
-            if {a, b} == {u, v}:
-                pair = self.best[e][np.ix_(smap, dmap)]  # (K_a, K_b, width)
-                joint += pair if a == u else pair.transpose(1, 0, 2)
+            current = current + self.best[e][smap[self.ch[a]], dmap[self.ch[b]]]
+            bound = bound + self.least[e]
+        if not _better(bound, current):
+            return False
+        joint = lu[:, None, :] + lv[None, :, :]
+        for e in between:
+            a, b, smap, dmap, _tab = self.cg._norm[e]
+            pair = self.best[e][np.ix_(smap, dmap)]  # (K_a, K_b, width)
+            joint += pair if a == u else pair.transpose(1, 0, 2)
         flat = joint.reshape(-1, joint.shape[-1])
         k = int(_argbest(flat, axis=0))
         now = self.ch[u] * joint.shape[1] + self.ch[v]
