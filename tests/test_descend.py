@@ -8,7 +8,8 @@ import pytest
 
 from tensoropt_py.engine import CostGraph, evaluate, min_sum, track
 from tensoropt_py.engine.random_graphs import random_cyclic_graph, random_repeated_blocks, random_small_dag
-from tensoropt_py.engine.polish import descend, reoptimize_windows
+from tensoropt_py.engine import polish
+from tensoropt_py.engine.polish import descend, descend_many, reoptimize_windows
 from tensoropt_py.engine.screen import lower_bounds, relaxation_bounds, window_bound
 from tensoropt_py.errors import InfeasibleError, InvalidInputError
 
@@ -140,6 +141,42 @@ def test_descend_rejects_bad_input():
         descend(cg, [0], [0], 0.0)
     with pytest.raises(InvalidInputError, match="configs of their nodes"):
         descend(cg, [0, 2], [0], 0.0)
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("batch_bytes", [None, 1])
+def test_descending_many_at_once_equals_one_by_one(seed, batch_bytes, monkeypatch):
+    """Strategies that descend in lockstep (several weights, shared tables, in one batch or one
+    strategy per batch) reach what each reaches alone."""
+    if batch_bytes is not None:
+        monkeypatch.setattr(polish, "_DESCENT_BATCH_BYTES", batch_bytes)
+    cg = random_repeated_blocks(4, k=3, side=True, seed=seed) if seed % 3 == 2 else _graph(seed)
+    rng = np.random.default_rng(seed)
+    lams = [0.0, np.inf, 1e-9, 1.0, np.inf, 0.3, 0.0][: 3 + seed % 5]
+    starts = np.array([[rng.integers(0, k) for k in cg.n_configs] for _ in lams], dtype=np.int64).reshape(len(lams), -1)
+    start_edges = np.zeros((len(lams), cg.n_edges), dtype=np.int64)
+    ch, ech = descend_many(cg, starts, start_edges, lams)
+    assert ch.shape == starts.shape and ech.shape == start_edges.shape
+    for r, lam in enumerate(lams):
+        one, one_edges = descend(cg, starts[r], start_edges[r], lam)
+        np.testing.assert_array_equal(ch[r], one)
+        np.testing.assert_array_equal(ech[r], one_edges)
+
+
+def test_descend_many_rejects_bad_input():
+    cg = CostGraph([np.array([[1.0, 2.0], [2.0, 1.0]])] * 2, [(0, 1, np.zeros((2, 2, 2)))])
+    with pytest.raises(InvalidInputError, match="S weights"):
+        descend_many(cg, [[0, 0]], [[0]], [0.0, 1.0])
+    with pytest.raises(InvalidInputError, match="S weights"):
+        descend_many(cg, [[0, 0]], [[0]], 0.0)
+    with pytest.raises(InvalidInputError, match="S weights"):
+        descend_many(cg, [0, 0], [0], [0.0])
+    with pytest.raises(InvalidInputError, match="rectangular"):
+        descend_many(cg, [[0, 0], [0]], [[0], [0]], [0.0, 0.0])
+    with pytest.raises(InvalidInputError, match="lam must be"):
+        descend_many(cg, [[0, 0]], [[0]], ["fast"])
+    with pytest.raises(InvalidInputError, match="configs of their nodes"):
+        descend_many(cg, [[0, 0], [0, 2]], [[0], [0]], [0.0, 0.0])
 
 
 @pytest.mark.parametrize("seed", range(16))

@@ -23,7 +23,7 @@ from ..units import parse_count
 from .cost_graph import CostGraph, LayoutEdge, content_digest, evaluate
 from .scalar import _weigh, min_sum
 
-__all__ = ["descend", "reoptimize_windows"]
+__all__ = ["descend", "descend_many", "reoptimize_windows"]
 
 _REL_TOL = 1e-9  # costs summed in different orders: a move must gain more than this
 
@@ -32,7 +32,10 @@ def _check(cg, choices, edge_choices, lam):
     """``(choices, edge_choices, lam)`` checked and copied (int64 arrays, float lam)."""
     if not isinstance(cg, CostGraph):
         raise InvalidInputError(f"cg must be a CostGraph, got {type(cg).__name__}")
-    lam = float(lam)
+    try:
+        lam = float(lam)
+    except (TypeError, ValueError):
+        raise InvalidInputError(f"lam must be a weight >= 0 (or inf), got {lam!r}") from None
     if not lam >= 0:
         raise InvalidInputError(f"lam must be a weight >= 0 (or inf), got {lam!r}")
     ch = np.array(choices, dtype=np.int64).reshape(-1)
@@ -113,90 +116,127 @@ def _at_best_option(rows, lam):
     return np.take_along_axis(cost, best[..., None, None], axis=-2)[..., 0, :]
 
 
-class _Descent:
-    """The state of :func:`descend`: a strategy's configs and the objective of moving nodes."""
+def _incidence(cg):
+    """Per node, its incident edges and its neighbours."""
+    inc = [[] for _ in range(cg.n_nodes)]
+    nbrs = [set() for _ in range(cg.n_nodes)]
+    for e, (u, v, *_rest) in enumerate(cg._norm):
+        inc[u].append(e)
+        inc[v].append(e)
+        nbrs[u].add(v)
+        nbrs[v].add(u)
+    return inc, nbrs
 
-    def __init__(self, cg, ch, lam):
-        self.cg, self.ch, self.lam = cg, ch, lam
-        self.inc = [[] for _ in range(cg.n_nodes)]
-        self.nbrs = [set() for _ in range(cg.n_nodes)]
+
+class _Descent:
+    """The state of :func:`descend_many`: strategies' configs ``ch`` ``(S, n_nodes)``, one weight
+    each, and the objective of moving their nodes. The strategies move in lockstep, each by
+    its own moves: the Python work of a move is paid once for all of them."""
+
+    def __init__(self, cg, ch, lams):
+        self.cg, self.ch = cg, ch
+        S = len(lams)
+        self.width = 2 if any(np.isinf(lam) for lam in lams) else 1
+        self.rows = np.arange(S)
+        self.inc, self.nbrs = _incidence(cg)
         best = {}  # per edge cost array (layers share theirs): its classes' pairs at their best option
-        self.best = []
-        self.least = []  # and the least of those (per component): a bound for move_pair
-        for e, (u, v, _smap, _dmap, tab) in enumerate(cg._norm):
-            self.inc[u].append(e)
-            self.inc[v].append(e)
-            self.nbrs[u].add(v)
-            self.nbrs[v].add(u)
+        self.best = []  # (S, A, B, width) per edge
+        self.least = []  # and the least of those (per component), (S, width): a bound for move_pair
+        for u, v, _smap, _dmap, tab in cg._norm:
             key = table_key(tab)
             if key not in best:
-                at_best = _at_best_option(tab, lam)  # (A, B, width)
-                best[key] = at_best, at_best.reshape(-1, at_best.shape[-1]).min(axis=0)
+                at_best = np.stack([self._widen(_at_best_option(tab, lam)) for lam in lams])
+                best[key] = at_best, at_best.reshape(S, -1, self.width).min(axis=1)
             self.best.append(best[key][0])
             self.least.append(best[key][1])
-        self.node = [_objective(c[:, 0], c[:, 1], lam) for c in cg.node_costs]
+        self.node = [np.stack([self._widen(_objective(c[:, 0], c[:, 1], lam)) for lam in lams]) for c in cg.node_costs]
+
+    def _widen(self, cost):
+        """One weight's costs in this state's width: a sum and a zero where another weight
+        compares memory, then time (a zero second component changes no comparison)."""
+        if cost.shape[-1] == self.width:
+            return cost
+        return np.concatenate([cost, np.zeros_like(cost)], axis=-1)
 
     def local(self, i, skip=-1):
-        """``(K_i, width)``: node ``i``'s cost and its edges' (at their best option) per config, with
+        """``(S, K_i, width)``: node ``i``'s cost and its edges' (at their best option) per config, with
         its neighbours' configs fixed; the edges to node ``skip`` left out."""
         total = self.node[i].copy()
+        rows = self.rows[:, None]
         for e in self.inc[i]:
             u, v, smap, dmap, _tab = self.cg._norm[e]
             if skip in (u, v):
                 continue
-            total += self.best[e][smap, dmap[self.ch[v]]] if u == i else self.best[e][smap[self.ch[u]], dmap]
+            if u == i:
+                total += self.best[e][rows, smap[None, :], dmap[self.ch[:, v]][:, None]]
+            else:
+                total += self.best[e][rows, smap[self.ch[:, u]][:, None], dmap[None, :]]
         return total
 
-    def move_node(self, i):
+    def move_node(self, i, active):
+        """Move node ``i`` of the ``active`` strategies (bool ``(S,)``) where that improves them;
+        returns which moved."""
         total = self.local(i)
-        k = int(_argbest(total, axis=0))
-        if k != self.ch[i] and _better(total[k], total[self.ch[i]]):
-            self.ch[i] = k
-            return True
-        return False
+        k = _argbest(total, axis=1)
+        now = self.ch[:, i]
+        moved = active & (k != now) & _better_rows(total[self.rows, k], total[self.rows, now])
+        self.ch[moved, i] = k[moved]
+        return moved
 
-    def move_pair(self, u, v):
-        """Move the two ends of an edge together (all edges between them count jointly)."""
+    def move_pair(self, u, v, active):
+        """Move the two ends of an edge together (all edges between them count jointly), in the
+        ``active`` strategies where that improves them; returns which moved."""
         lu, lv = self.local(u, skip=v), self.local(v, skip=u)
         between = [e for e in self.inc[u] if {self.cg._norm[e][0], self.cg._norm[e][1]} == {u, v}]
         # most pairs cannot move: no pair of configs sums below the least of each part (summed in
         # the order of the joint costs below, so rounding keeps every joint cost above the bound)
-        current = lu[self.ch[u]] + lv[self.ch[v]]
-        bound = lu.min(axis=0) + lv.min(axis=0)
+        current = lu[self.rows, self.ch[:, u]] + lv[self.rows, self.ch[:, v]]
+        bound = lu.min(axis=1) + lv.min(axis=1)
         for e in between:
             a, b, smap, dmap, _tab = self.cg._norm[e]
-            current = current + self.best[e][smap[self.ch[a]], dmap[self.ch[b]]]
+            current = current + self.best[e][self.rows, smap[self.ch[:, a]], dmap[self.ch[:, b]]]
             bound = bound + self.least[e]
-        if not _better(bound, current):
-            return False
-        joint = lu[:, None, :] + lv[None, :, :]
+        moved = active & _better_rows(bound, current)
+        if not moved.any():
+            return moved
+        s = np.flatnonzero(moved)
+        joint = lu[s][:, :, None, :] + lv[s][:, None, :, :]  # (S', K_u, K_v, width)
         for e in between:
             a, b, smap, dmap, _tab = self.cg._norm[e]
-            pair = self.best[e][np.ix_(smap, dmap)]  # (K_a, K_b, width)
-            joint += pair if a == u else pair.transpose(1, 0, 2)
-        flat = joint.reshape(-1, joint.shape[-1])
-        k = int(_argbest(flat, axis=0))
-        now = self.ch[u] * joint.shape[1] + self.ch[v]
-        if k != now and _better(flat[k], flat[now]):
-            self.ch[u], self.ch[v] = divmod(k, joint.shape[1])
-            return True
-        return False
+            pair = self.best[e][s[:, None, None], smap[None, :, None], dmap[None, None, :]]  # (S', K_a, K_b, width)
+            joint += pair if a == u else pair.transpose(0, 2, 1, 3)
+        flat = joint.reshape(s.size, -1, self.width)
+        k = _argbest(flat, axis=1)
+        here = np.arange(s.size)
+        now = self.ch[s, u] * joint.shape[2] + self.ch[s, v]
+        better = (k != now) & _better_rows(flat[here, k], flat[here, now])
+        moved[:] = False
+        moved[s[better]] = True
+        self.ch[s[better], u], self.ch[s[better], v] = np.divmod(k[better], joint.shape[2])
+        return moved
 
     def sweeps(self, max_sweeps):
         """Move nodes, then edges' ends, until nothing moves; a move is only tried again once
         something around it moved (a node's best config depends on its neighbours' alone)."""
+        S = self.ch.shape[0]
         pairs = sorted({(min(u, v), max(u, v)) for u, v, *_rest in self.cg._norm if u != v})
-        dirty = set(range(self.cg.n_nodes))
+        dirty = [set(range(self.cg.n_nodes)) for _ in range(S)]  # per strategy
         for _ in range(max_sweeps):
-            if not dirty:
+            if not any(dirty):
                 break
-            now, dirty = dirty, set()
-            for i in sorted(now):
-                if self.move_node(i):
-                    dirty |= {i} | self.nbrs[i]
+            now, dirty = dirty, [set() for _ in range(S)]
+            for i in sorted(set().union(*now)):
+                for r in np.flatnonzero(self.move_node(i, np.array([i in n for n in now]))):
+                    dirty[r] |= {i} | self.nbrs[i]
+            touched = set().union(*now, *dirty)
             for u, v in pairs:
-                if (u in now or v in now or u in dirty or v in dirty) and self.move_pair(u, v):
-                    dirty |= {u, v} | self.nbrs[u] | self.nbrs[v]
+                if u not in touched and v not in touched:
+                    continue
+                active = np.array([u in n or v in n or u in d or v in d for n, d in zip(now, dirty)])
+                for r in np.flatnonzero(self.move_pair(u, v, active)):
+                    around = {u, v} | self.nbrs[u] | self.nbrs[v]
+                    dirty[r] |= around
+                    touched |= around
 
 
 def descend(cg, choices, edge_choices, lam, max_sweeps=_DESCENT_SWEEPS):
@@ -236,6 +276,10 @@ def descend(cg, choices, edge_choices, lam, max_sweeps=_DESCENT_SWEEPS):
         For a ``lam`` that is negative or NaN, a ``max_sweeps`` below 1, or strategies of the
         wrong shape or out of range.
 
+    See Also
+    --------
+    descend_many : the same from several strategies at once, each with its own weight.
+
     Examples
     --------
     >>> import numpy as np
@@ -248,10 +292,79 @@ def descend(cg, choices, edge_choices, lam, max_sweeps=_DESCENT_SWEEPS):
     >>> descend(cg, [0, 0], [0], 0.0)[0].tolist()  # a node alone would pay 3 more: both move
     [1, 1]
     """
-    ch, ech, lam = _check(cg, choices, edge_choices, lam)
+    ch, ech = descend_many(cg, [choices], [edge_choices], [lam], max_sweeps)
+    return ch[0], ech[0]
+
+
+_DESCENT_BATCH_BYTES = 1 << 28  # the per-strategy edge tables of the strategies descending at once
+
+
+def descend_many(cg, choices, edge_choices, lams, max_sweeps=_DESCENT_SWEEPS):
+    """:func:`descend` from several strategies, each for its own weight, at once.
+
+    Row ``r`` of the result is ``descend(cg, choices[r], edge_choices[r], lams[r])``; the
+    strategies move in lockstep (those of finite weights together, those of weight inf together,
+    as many at once as the tables of the edges' best options for their weights fit in 256 MiB),
+    so that each move's Python work is paid once for all of them.
+
+    Parameters
+    ----------
+    cg : CostGraph
+    choices : array_like of int, shape (S, n_nodes)
+        The starting strategies' configs.
+    edge_choices : array_like of int, shape (S, n_edges)
+        Their edges' options.
+    lams : sequence of float, length S
+        The weight of memory of each (``>= 0``; ``inf``: least memory, then time).
+    max_sweeps : int
+        Most sweeps over the nodes and edges.
+
+    Returns
+    -------
+    choices, edge_choices : ndarray of int64, shape (S, n_nodes) and (S, n_edges)
+        The strategies reached.
+
+    Raises
+    ------
+    InvalidInputError
+        For a weight that is negative or NaN, a ``max_sweeps`` below 1, strategies of the
+        wrong shape or out of range, or not one weight per strategy.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> nodes = [np.array([[1.0, 4.0], [4.0, 1.0]])] * 2
+    >>> edge = np.array([[[[0.0, 0.0]], [[0.0, 3.0]]], [[[0.0, 3.0]], [[0.0, 0.0]]]])
+    >>> cg = CostGraph(nodes, [(0, 1, edge)])
+    >>> ch, ech = descend_many(cg, [[0, 1], [1, 0]], [[0], [0]], [0.0, np.inf])
+    >>> ch.tolist()  # the fastest; the smallest (memory 2, then time 8)
+    [[1, 1], [0, 0]]
+    """
     parse_count(max_sweeps, "max_sweeps")
-    _Descent(cg, ch, lam).sweeps(max_sweeps)
-    _best_options(cg, ch, ech, lam)
+    try:
+        choices, edge_choices = np.asarray(choices), np.asarray(edge_choices)
+        lams = np.asarray(lams, dtype=object)
+    except (TypeError, ValueError) as exc:  # ragged rows
+        raise InvalidInputError(f"descend_many needs rectangular strategies and edge options: {exc}") from None
+    if lams.ndim != 1 or choices.ndim != 2 or edge_choices.ndim != 2 or not lams.size == len(choices) == len(edge_choices):
+        raise InvalidInputError(f"descend_many needs strategies (S, n_nodes), their edge options (S, n_edges) and S "
+                                f"weights, got shapes {choices.shape}, {edge_choices.shape} and {lams.shape}")
+    rows = [_check(cg, c, e, lam) for c, e, lam in zip(choices, edge_choices, lams)]
+    ch = np.array([r[0] for r in rows], dtype=np.int64).reshape(len(rows), cg.n_nodes)
+    ech = np.array([r[1] for r in rows], dtype=np.int64).reshape(len(rows), cg.n_edges)
+    lams = [r[2] for r in rows]
+    tables = {table_key(tab): tab.shape[0] * tab.shape[1] for *_r, tab in cg._norm}
+    per_strategy = 16 * (sum(tables.values()) + sum(cg.n_configs))  # bytes, at width 2
+    batch = max(1, _DESCENT_BATCH_BYTES // max(per_strategy, 1))
+    # a weight of inf compares two components: the others descend apart, in one component
+    for group in ([r for r, lam in enumerate(lams) if np.isfinite(lam)], [r for r, lam in enumerate(lams) if np.isinf(lam)]):
+        for lo in range(0, len(group), batch):
+            rows = np.array(group[lo:lo + batch], dtype=np.int64)
+            state = _Descent(cg, ch[rows], [lams[r] for r in rows])
+            state.sweeps(max_sweeps)
+            ch[rows] = state.ch
+    for r, lam in enumerate(lams):
+        _best_options(cg, ch[r], ech[r], lam)
     return ch, ech
 
 
@@ -315,7 +428,7 @@ def reoptimize_windows(cg, choices, edge_choices, lam, window=_WINDOW, max_entri
     if isinstance(max_work, bool) or not isinstance(max_work, (int, float, np.number)) or not max_work > 0:
         raise InvalidInputError(f"max_work must be a number > 0, got {max_work!r}")
     order = np.asarray(cg.topological_order, dtype=np.int64)
-    state = _Descent(cg, ch, lam)
+    inc, _ = _incidence(cg)
     step = max(1, window // 2)
     solved = 0
     # a window's move by its content and current configs (repeated layers repeat windows)
@@ -325,7 +438,7 @@ def reoptimize_windows(cg, choices, edge_choices, lam, window=_WINDOW, max_entri
         inside = np.zeros(cg.n_nodes, dtype=bool)
         inside[nodes] = True
         try:
-            sub = _window_graph(cg, state, nodes, inside)
+            sub = _window_graph(cg, inc, ch, lam, nodes, inside)
         except InvalidInputError:  # a node left no finite config with the rest as it is
             continue
         key = (content_digest(sub, tables), ch[nodes].tobytes())
@@ -352,21 +465,21 @@ def _window_move(sub, current, lam, max_entries, max_work):
     return opt.choices if _better(_value(sub, opt.choices, lam), _value(sub, current, lam)) else True
 
 
-def _window_graph(cg, state, nodes, inside):
+def _window_graph(cg, inc, ch, lam, nodes, inside):
     """The CostGraph of a window: its nodes (in the order of ``nodes``), the edges between them
-    as they are, and the edges to fixed nodes folded into its nodes' costs at their best
-    option (as (memory, time) pairs, so that the window's objective is the whole one's up to a
-    constant)."""
+    as they are, and the edges to fixed nodes (configs ``ch``; ``inc``: each node's edges)
+    folded into its nodes' costs at their best option for ``lam`` (as (memory, time) pairs,
+    so that the window's objective is the whole one's up to a constant)."""
     local = {int(i): k for k, i in enumerate(nodes)}
     costs = []
     for i in nodes:
         c = np.array(cg.node_costs[i], dtype=np.float64)
-        for e in state.inc[i]:
+        for e in inc[i]:
             u, v, smap, dmap, tab = cg._norm[e]
             if inside[u] and inside[v]:
                 continue
-            rows = tab[smap, dmap[state.ch[v]]] if u == i else tab[smap[state.ch[u]], dmap]  # (K, R, 2)
-            cost = _objective(rows[..., 0], rows[..., 1], state.lam)
+            rows = tab[smap, dmap[ch[v]]] if u == i else tab[smap[ch[u]], dmap]  # (K, R, 2)
+            cost = _objective(rows[..., 0], rows[..., 1], lam)
             best = _argbest(cost, axis=-1)
             c += np.take_along_axis(rows, best[:, None, None], axis=1)[:, 0, :]
         costs.append(c)

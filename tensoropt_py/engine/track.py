@@ -464,23 +464,22 @@ def _descents(cg, mem, tim, ch, ech, ends, bound):
     slopes, by descent. Where the bound given does not prove a descended end, it is first
     raised in place (:func:`_raise_bound`), which costs about as much as a descent, so an end
     the cheap bound proves never pays for it. Returns ``(choices, edge_choices, weights)``."""
-    from .polish import descend, reoptimize_windows
+    from .polish import descend, descend_many, reoptimize_windows
 
-    found = []
-    for lam in ends:
-        i = _end(mem, tim, lam)
-        c, e = descend(cg, ch[i], ech[i], lam)
+    slopes = -np.diff(tim) / np.diff(mem)
+    slopes = slopes[np.isfinite(slopes) & (slopes > 0)]
+    weights = [float(lam) for lam in np.geomspace(slopes.min(), slopes.max(), _DESCENT_WEIGHTS)] if slopes.size else []
+    lams = list(ends) + weights
+    starts = [_end(mem, tim, lam) for lam in ends] + [int(np.argmin(tim + lam * mem)) for lam in weights]
+    dch, dech = descend_many(cg, ch[starts], ech[starts], lams)  # all the descents at once
+    for r, lam in enumerate(ends):
+        c, e = dch[r], dech[r]
         if not _proven(cg, c, e, lam, bound):
             _raise_bound(cg, bound, lam)
         if not _proven(cg, c, e, lam, bound):
             c, e, _ = reoptimize_windows(cg, c, e, lam)
-            c, e = descend(cg, c, e, lam)
-        found.append((c, e))
-    slopes = -np.diff(tim) / np.diff(mem)
-    slopes = slopes[np.isfinite(slopes) & (slopes > 0)]
-    weights = [float(lam) for lam in np.geomspace(slopes.min(), slopes.max(), _DESCENT_WEIGHTS)] if slopes.size else []
-    found += [descend(cg, ch[i], ech[i], lam) for lam, i in ((lam, int(np.argmin(tim + lam * mem))) for lam in weights)]
-    return np.stack([c for c, _ in found]), np.stack([e for _, e in found]), weights
+            dch[r], dech[r] = descend(cg, c, e, lam)
+    return dch, dech, weights
 
 
 _DESCENT_WEIGHTS = 8  # weights across the frontier's slopes whose best points descend (ends out of exact reach)
