@@ -54,6 +54,10 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   points, proven bound, the fastest point's gap to a lower bound, the least memory and the
   fastest time, peak resident memory; and the space with those levers tracked with
   ``max_memory=--max-memory`` (seconds, points, memo hits, peak table bytes);
+* ``paper16``: the paper's other models at its 16-device setting (``--paper-models``: the zoo
+  ``wide_resnet`` and ``rnn`` on 16 devices of ``v100-2x8``), tracked with default settings:
+  build and track seconds, points, heuristic eliminations, where ``epsilon="auto"`` thinned,
+  the anchors and the end gaps, with the paper's FT-LDP seconds (Table 3, 48 cores) beside;
 * ``llama``: a Llama-3-8B-shaped model (32 layers, hidden 4096, GQA 32/8, FFN 14336,
   vocab 128256, batch 32 x 2048) imported from Hugging Face on the meta device, built
   with the default mesh space (hierarchical past 16 devices) and tracked with default
@@ -65,8 +69,8 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   points the descents added and the largest fall of min(time + lam * memory) they gave.
 
 Usage: python benchmarks/bench_scale.py [--cases transformer16_track transformer16_limits fastest threads cyclic interval_peak iopddl
-       candidates candidates_full mesh_loss llama mixtral] [--timeout 600] [--threads 1 2] [--thread-devices 8] [--max-memory 4e9]
-       [--candidate-graphs 1x16] [--llama-devices 32 64] [--llama-layers 32] [--llama-loss]
+       candidates candidates_full mesh_loss paper16 llama mixtral] [--timeout 600] [--threads 1 2] [--thread-devices 8] [--max-memory 4e9]
+       [--candidate-graphs 1x16] [--paper-models wide_resnet rnn] [--llama-devices 32 64] [--llama-layers 32] [--llama-loss]
 """
 
 from __future__ import annotations
@@ -337,6 +341,22 @@ for preset, devices in {llama_runs}:
         rss_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
         fastest=[float(fr.memory[-1]), float(fr.time[-1])], smallest=[float(fr.memory[0]), float(fr.time[0])])
 """,
+    "paper16": r"""
+paper_seconds = {{"wide_resnet": 1292.0, "rnn": 0.28, "transformer": 201.0}}  # TensorOpt Table 3, FT-LDP, 48 cores
+for name in {paper_models}:
+    t0 = time.perf_counter()
+    cg = build_cost_graph(getattr(zoo, name)(), to.Cluster.preset("v100-2x8"), 16).cost_graph
+    t1 = time.perf_counter()
+    fr = track(cg, threads={threads})
+    t2 = time.perf_counter()
+    st = fr.stats
+    out(case="paper16", model=name, build_s=t1 - t0, seconds=t2 - t1, paper_ft_ldp_s=paper_seconds.get(name),
+        graph=str(cg), points=len(fr), heuristic=fr.n_heuristic, epsilon=fr.epsilon, bound=fr.memory_bound_factor,
+        epsilon_from_combine=st.get("epsilon_from_combine"), auto_exact_attempt=st.get("auto_exact_attempt"),
+        anchors=str(st.get("anchors"))[:80], end_gaps=st.get("end_gaps"), anchor_s=st.get("anchor_seconds"),
+        peak_gib=st["peak_table_bytes"] / 2**30,
+        fastest=[float(fr.memory[-1]), float(fr.time[-1])], smallest=[float(fr.memory[0]), float(fr.time[0])])
+""",
     "mixtral": r"""
 import resource, warnings
 from tensoropt_py.errors import SearchSpaceWarning
@@ -394,6 +414,8 @@ def main(argv=None):
                     help="device counts of the llama case (32: h100-4x8, 64: h100-8x8)")
     ap.add_argument("--llama-layers", type=int, default=32, help="decoder layers of the llama case (Llama-3-8B: 32)")
     ap.add_argument("--llama-loss", action="store_true", help="add the two-layer Llama to the mesh_loss case")
+    ap.add_argument("--paper-models", nargs="+", default=["wide_resnet", "rnn"], choices=("wide_resnet", "rnn", "transformer"),
+                    help="zoo models of the paper16 case")
     ap.add_argument("--candidate-graphs", default="1x16",
                     help="LAYERSxDEVICES of the Transformers of the candidates case, comma-separated")
     ap.add_argument("--candidate-counts", type=int, nargs="+", default=[4, 1],
@@ -406,7 +428,7 @@ def main(argv=None):
             max_memory=int(args.max_memory), llama_loss=bool(args.llama_loss), llama_layers=int(args.llama_layers),
             llama_runs=tuple((presets[n], n) for n in args.llama_devices),
             candidate_graphs=[tuple(map(int, x.split("x"))) for x in args.candidate_graphs.split(",")],
-            candidate_counts=list(args.candidate_counts))
+            candidate_counts=list(args.candidate_counts), paper_models=list(args.paper_models))
         print(f"# {case}", flush=True)
         run(code, args.timeout)
 

@@ -349,10 +349,10 @@ def descend_many(cg, choices, edge_choices, lams, max_sweeps=_DESCENT_SWEEPS):
     if lams.ndim != 1 or choices.ndim != 2 or edge_choices.ndim != 2 or not lams.size == len(choices) == len(edge_choices):
         raise InvalidInputError(f"descend_many needs strategies (S, n_nodes), their edge options (S, n_edges) and S "
                                 f"weights, got shapes {choices.shape}, {edge_choices.shape} and {lams.shape}")
-    rows = [_check(cg, c, e, lam) for c, e, lam in zip(choices, edge_choices, lams)]
-    ch = np.array([r[0] for r in rows], dtype=np.int64).reshape(len(rows), cg.n_nodes)
-    ech = np.array([r[1] for r in rows], dtype=np.int64).reshape(len(rows), cg.n_edges)
-    lams = [r[2] for r in rows]
+    checked = [_check(cg, c, e, lam) for c, e, lam in zip(choices, edge_choices, lams)]
+    ch = np.array([c[0] for c in checked], dtype=np.int64).reshape(len(checked), cg.n_nodes)
+    ech = np.array([c[1] for c in checked], dtype=np.int64).reshape(len(checked), cg.n_edges)
+    lams = [c[2] for c in checked]
     tables = {table_key(tab): tab.shape[0] * tab.shape[1] for *_r, tab in cg._norm}
     per_strategy = 16 * (sum(tables.values()) + sum(cg.n_configs))  # bytes, at width 2
     batch = max(1, _DESCENT_BATCH_BYTES // max(per_strategy, 1))
