@@ -2,7 +2,8 @@
 exact optimum (:func:`~tensoropt_py.engine.min_sum`) is out of reach.
 
 * :func:`descend`: moves of one node, or of the two ends of one edge, while one improves
-  ``time + lam * memory`` (a local optimum for such moves);
+  ``time + lam * memory`` (a local optimum for such moves); :func:`descend_many` does it from
+  several strategies, each for its own weight, in lockstep;
 * :func:`reoptimize_windows`: windows of consecutive nodes (in the graph's topological
   order) re-solved exactly by :func:`~tensoropt_py.engine.min_sum`, the rest of the
   strategy fixed (a window too wide for it is left as it is).
