@@ -322,14 +322,14 @@ def test_a_combine_result_larger_than_a_quarter_of_the_memo_is_reused(monkeypatc
 def test_edges_sharing_a_table_share_its_leaf_and_its_content_digest():
     """The leaf of a cost table given for several edges is built and hashed once: each edge's
     leaf holds the same arrays and the digest of their content; another table's leaf does not."""
-    from tensoropt_py.elimination.table import Context, _digest
+    from tensoropt_py.elimination.table import Context, digest_arrays
 
     rng = np.random.default_rng(3)
     shared, other = rng.uniform(0.0, 5.0, (2, 3, 4, 2, 2))
     ctx = Context()
     leaves = [ctx.edge_leaf(e, shared) for e in range(3)] + [ctx.edge_leaf(3, other)]
     for leaf in leaves:
-        assert leaf.digest() == _digest(leaf.offsets, leaf.mem, leaf.time)
+        assert leaf.digest() == digest_arrays(leaf.offsets, leaf.mem, leaf.time)
     assert all(leaf.mem is leaves[0].mem for leaf in leaves[1:3])
     assert leaves[3].digest() != leaves[0].digest()
 

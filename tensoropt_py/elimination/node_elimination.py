@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .table import _digest
+from .table import digest_arrays
 from .working_graph import WEdge, group_units
 
 __all__ = ["eliminate_node", "fold_leaf", "detach"]
@@ -112,7 +112,7 @@ def eliminate_node(g, i):
 
     # the terms follow from these arrays alone: a repeated layer finds its batches in the memo
     # without building (or hashing) them
-    key = _digest(np.array([D, U, len(ucols)]), base_h, eh_i, base_j, ej_i, *ucols)
+    key = digest_arrays(np.array([D, U, len(ucols)]), base_h, eh_i, base_j, ej_i, *ucols)
     T = g.ctx.combine_gen([eh.table] + utabs + [ej.table], A * D, U, terms_key=key, make_outer=make_outer)
     for t in utabs:
         t.release()

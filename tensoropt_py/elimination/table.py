@@ -32,7 +32,7 @@ import numpy as np
 from ..errors import MemoryLimitError
 from .kernels import MAX_SLOTS, KernelBudgetExceeded, reduce_ragged, resolve_threads, run_kernel
 
-__all__ = ["FTable", "Context", "ExactBudgetSpent", "unique_rows"]
+__all__ = ["FTable", "Context", "ExactBudgetSpent", "unique_rows", "table_key", "digest_arrays"]
 
 _I32 = np.iinfo(np.int32).max
 _MAX_TERMS_PER_BATCH = 1 << 22  # terms built per kernel call by Context.combine_gen
@@ -43,7 +43,8 @@ _MEMO_BYTES = 1 << 29  # bytes the memo of combine results may hold without a me
 _MEMO_SHARE = 4  # with a budget (max_bytes), the memo may hold up to 1/_MEMO_SHARE of it
 
 
-def _digest(*arrays):
+def digest_arrays(*arrays):
+    """SHA-256 of arrays' dtypes, shapes and contents, in order (no copy of a contiguous array)."""
     h = hashlib.sha256()  # hardware-accelerated on current CPUs (about 2x blake2b)
     for a in arrays:
         a = np.ascontiguousarray(a)
@@ -89,7 +90,7 @@ class FTable:
         key determines its content, so it is hashed instead of the points: see
         :meth:`Context._combine_raw`)."""
         if self._digest is None:
-            self._digest = self.same.digest() if self.same is not None else _digest(self.offsets, self.mem, self.time)
+            self._digest = self.same.digest() if self.same is not None else digest_arrays(self.offsets, self.mem, self.time)
         return self._digest
 
     @property
@@ -409,7 +410,7 @@ class Context:
                 terms = (term_cells.astype(np.int32),)  # half the bytes to hash
             else:
                 terms = (term_cells,)
-            key = (eps, tuple(p.digest() for p in parents), _digest(term_off, *terms))
+            key = (eps, tuple(p.digest() for p in parents), digest_arrays(term_off, *terms))
             hit = self._memo_hit(key, parents, depth)
             if hit is not None:
                 return hit
@@ -539,7 +540,7 @@ class Context:
         # built and combined in batches (combine_gen): the F * U staged terms are never all
         # written out at once, so this step's memory is the kernel's, under its byte budget
         staged = self.combine_gen([parents[s] for s in first], firsts.shape[0] * U, 1, make_outer=make_outer,
-                                  thin=thin, terms_key=_digest(np.array([U]), base, add))
+                                  thin=thin, terms_key=digest_arrays(np.array([U]), base, add))
         rest = [s for s in range(len(parents)) if s not in first]
         new_row = np.concatenate([(inv * U)[None, :], row[rest]])
         new_col = np.concatenate([np.arange(U, dtype=np.int64)[None, :], col[rest]])

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..elimination.table import table_key
+from ..elimination.table import digest_arrays, table_key
 from ..errors import CostGraphError, InvalidInputError
 from .algebra import frontier_indices
 from .result import TrackedFrontier
@@ -499,8 +499,7 @@ def content_digest(cg, table_digests):
     for u, v, smap, dmap, tab in cg._norm:
         key = table_key(tab)
         if key not in table_digests:
-            digest = hashlib.sha256(repr(tab.shape).encode() + np.ascontiguousarray(tab).tobytes()).digest()
-            table_digests[key] = (tab, digest)
+            table_digests[key] = (tab, digest_arrays(tab))
         h.update(repr((u, v, smap.shape[0], dmap.shape[0])).encode())
         h.update(np.ascontiguousarray(smap).data)
         h.update(np.ascontiguousarray(dmap).data)
