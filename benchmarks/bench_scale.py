@@ -58,6 +58,8 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   ``wide_resnet`` and ``rnn`` on 16 devices of ``v100-2x8``), tracked with default settings:
   build and track seconds, points, heuristic eliminations, where ``epsilon="auto"`` thinned,
   the anchors and the end gaps, with the paper's FT-LDP seconds (Table 3, 48 cores) beside;
+  with ``--paper-uncapped``, a model whose run fixed configs for the work cap (``max_step_work``)
+  is tracked again without it: seconds, points, and the time lost at equal memory each way;
 * ``llama``: a Llama-3-8B-shaped model (32 layers, hidden 4096, GQA 32/8, FFN 14336,
   vocab 128256, batch 32 x 2048) imported from Hugging Face on the meta device, built
   with the default mesh space (hierarchical past 16 devices) and tracked with default
@@ -70,7 +72,8 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
 
 Usage: python benchmarks/bench_scale.py [--cases transformer16_track transformer16_limits fastest threads cyclic interval_peak iopddl
        candidates candidates_full mesh_loss paper16 llama mixtral] [--timeout 600] [--threads 1 2] [--thread-devices 8] [--max-memory 4e9]
-       [--candidate-graphs 1x16] [--paper-models wide_resnet rnn] [--llama-devices 32 64] [--llama-layers 32] [--llama-loss]
+       [--candidate-graphs 1x16] [--paper-models wide_resnet rnn] [--paper-uncapped] [--llama-devices 32 64]
+       [--llama-layers 32] [--llama-loss]
 """
 
 from __future__ import annotations
@@ -104,11 +107,14 @@ def import_causal_lm(kind, batch, seq, **config):
     ids = torch.zeros((batch, seq), dtype=torch.long, device="meta")
     return from_torch(model, kwargs={{"input_ids": ids, "labels": ids}})
 def gaps(fr, ref):
-    # time lost at equal memory for every point of ref, and worst gap of min(time + lam * memory)
-    g = np.array([fr.time[fr.memory <= m * (1 + 1e-12)].min() / t - 1 for m, t in zip(ref.memory, ref.time)])
+    # time lost at equal memory for every point of ref that fr covers (fr has a point of no more
+    # memory), how many it does not, and the worst gap of min(time + lam * memory)
+    g = np.array([fr.time[fr.memory <= m * (1 + 1e-12)].min() / t - 1 if fr.memory[0] <= m * (1 + 1e-12) else np.nan
+                  for m, t in zip(ref.memory, ref.time)])
     lg = max((fr.time + l * fr.memory).min() / (ref.time + l * ref.memory).min() - 1 for l in np.geomspace(1e-13, 1e-8, 30))
-    return dict(worst_gap_pct=100 * float(g.max()), median_gap_pct=100 * float(np.median(g)),
-                matched=float(np.mean(g <= 1e-12)), worst_lam_gap_pct=100 * float(lg))
+    cov = g[~np.isnan(g)]
+    return dict(worst_gap_pct=100 * float(cov.max()), median_gap_pct=100 * float(np.median(cov)),
+                matched=float(np.mean(cov <= 1e-12)), uncovered=int(np.isnan(g).sum()), worst_lam_gap_pct=100 * float(lg))
 """
 
 CASES = {
@@ -118,7 +124,8 @@ t0 = time.perf_counter()
 fr = track(cg, threads={threads})
 t1 = time.perf_counter()
 st = fr.stats
-out(case="transformer16_track", seconds=t1 - t0, points=len(fr), heuristic=fr.n_heuristic, epsilon=fr.epsilon,
+out(case="transformer16_track", seconds=t1 - t0, points=len(fr), heuristic=fr.n_heuristic,
+    work_capped=st.get("work_capped", 0), epsilon=fr.epsilon,
     bound=fr.memory_bound_factor, epsilon_from_combine=st.get("epsilon_from_combine"),
     auto_exact_attempt=st.get("auto_exact_attempt"),
     anchors=str(st.get("anchors"))[:80], anchor_s=st.get("anchor_seconds"), peak_gib=st["peak_table_bytes"] / 2**30,
@@ -334,7 +341,8 @@ for preset, devices in {llama_runs}:
         continue
     st = fr.stats
     out(case="llama", devices=devices, meshes=mcg.meshes, seconds=time.perf_counter() - t0, points=len(fr),
-        epsilon=fr.epsilon, bound=fr.memory_bound_factor, heuristic=fr.n_heuristic, anchors=str(st.get("anchors"))[:80],
+        epsilon=fr.epsilon, bound=fr.memory_bound_factor, heuristic=fr.n_heuristic,
+        work_capped=st.get("work_capped", 0), anchors=str(st.get("anchors"))[:80],
         end_gaps=st.get("end_gaps"), descent_points=st.get("descent_points"), descent_gain=st.get("descent_gain"),
         anchor_s=st.get("anchor_seconds"),
         retries=st.get("memory_limit_retries"), peak_gib=st["peak_table_bytes"] / 2**30,
@@ -351,11 +359,18 @@ for name in {paper_models}:
     t2 = time.perf_counter()
     st = fr.stats
     out(case="paper16", model=name, build_s=t1 - t0, seconds=t2 - t1, paper_ft_ldp_s=paper_seconds.get(name),
-        graph=str(cg), points=len(fr), heuristic=fr.n_heuristic, epsilon=fr.epsilon, bound=fr.memory_bound_factor,
+        graph=str(cg), points=len(fr), heuristic=fr.n_heuristic, work_capped=st.get("work_capped", 0),
+        epsilon=fr.epsilon, bound=fr.memory_bound_factor,
         epsilon_from_combine=st.get("epsilon_from_combine"), auto_exact_attempt=st.get("auto_exact_attempt"),
         anchors=str(st.get("anchors"))[:80], end_gaps=st.get("end_gaps"), anchor_s=st.get("anchor_seconds"),
         peak_gib=st["peak_table_bytes"] / 2**30,
         fastest=[float(fr.memory[-1]), float(fr.time[-1])], smallest=[float(fr.memory[0]), float(fr.time[0])])
+    if {paper_uncapped} and st.get("work_capped"):
+        # the same without the work cap: what fixing the costliest nodes' configs lost
+        t3 = time.perf_counter()
+        free = track(cg, threads={threads}, max_step_work=float("inf"))
+        out(case="paper16_uncapped", model=name, seconds=time.perf_counter() - t3, points=len(free),
+            heuristic=free.n_heuristic, capped_vs_uncapped=gaps(fr, free), uncapped_vs_capped=gaps(free, fr))
 """,
     "mixtral": r"""
 import resource, warnings
@@ -416,6 +431,8 @@ def main(argv=None):
     ap.add_argument("--llama-loss", action="store_true", help="add the two-layer Llama to the mesh_loss case")
     ap.add_argument("--paper-models", nargs="+", default=["wide_resnet", "rnn"], choices=("wide_resnet", "rnn", "transformer"),
                     help="zoo models of the paper16 case")
+    ap.add_argument("--paper-uncapped", action="store_true",
+                    help="paper16: also track without the work cap (max_step_work=inf) where it fixed configs, and compare")
     ap.add_argument("--candidate-graphs", default="1x16",
                     help="LAYERSxDEVICES of the Transformers of the candidates case, comma-separated")
     ap.add_argument("--candidate-counts", type=int, nargs="+", default=[4, 1],
@@ -428,7 +445,8 @@ def main(argv=None):
             max_memory=int(args.max_memory), llama_loss=bool(args.llama_loss), llama_layers=int(args.llama_layers),
             llama_runs=tuple((presets[n], n) for n in args.llama_devices),
             candidate_graphs=[tuple(map(int, x.split("x"))) for x in args.candidate_graphs.split(",")],
-            candidate_counts=list(args.candidate_counts), paper_models=list(args.paper_models))
+            candidate_counts=list(args.candidate_counts), paper_models=list(args.paper_models),
+            paper_uncapped=bool(args.paper_uncapped))
         print(f"# {case}", flush=True)
         run(code, args.timeout)
 

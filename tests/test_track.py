@@ -100,16 +100,33 @@ def test_epsilon_guarantee_against_brute_force(cg, eps):
         assert fr.time[-1] == pytest.approx(bf.time[-1], rel=1e-12)
 
 
-@settings(max_examples=60)
-@given(small_dags(), st.integers(1, 4))
-def test_heuristic_results_are_achievable_and_dominated_by_truth(cg, max_merged_configs):
+@settings(max_examples=80)
+@given(small_dags(), st.integers(1, 4), st.sampled_from([1.0, 20.0, 400.0, float("inf")]))
+def test_heuristic_results_are_achievable_and_dominated_by_truth(cg, max_merged_configs, max_step_work):
     bf = brute_force_frontier(cg)
     for method in METHODS:
-        fr = track(cg, method=method, exact=False, max_merged_configs=max_merged_configs, threads=1)
+        fr = track(cg, method=method, exact=False, max_merged_configs=max_merged_configs,
+                   max_step_work=max_step_work, threads=1)
         assert_achievable(cg, fr)
+        assert fr.n_heuristic >= fr.stats.get("work_capped", 0)
         # nothing better than the true frontier
         for m, t in zip(fr.memory, fr.time):
             assert np.any((bf.memory <= m * (1 + 1e-12)) & (bf.time <= t * (1 + 1e-12)))
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_work_cap_fixes_costly_nodes_unless_exact(method):
+    cg = random_layered_dag(4, 3, 3, skip_prob=0.3, seed=0)
+    bf = brute_force_frontier(cg)
+    free = track(cg, method=method, exact=False, max_step_work=float("inf"), threads=1)
+    assert free.n_heuristic == 0 and "work_capped" not in free.stats
+    assert_same_frontier(free, bf)
+    capped = track(cg, method=method, exact=False, max_step_work=1.0, threads=1)
+    assert capped.stats["work_capped"] > 0 and capped.n_heuristic >= capped.stats["work_capped"]
+    assert_achievable(cg, capped)
+    exact = track(cg, method=method, exact=True, max_step_work=1.0, threads=1)
+    assert exact.n_heuristic == 0 and "work_capped" not in exact.stats
+    assert_same_frontier(exact, bf)
 
 
 def test_heuristic_is_used_and_counted():
@@ -272,6 +289,9 @@ def test_tracked_frontier_is_frozen_and_prints():
         ({"threads": 0}, "threads must be None or an integer >= 1, got 0"),
         ({"threads": 1.5}, "threads must be None or an integer >= 1"),
         ({"max_merged_configs": 0}, "max_merged_configs must be an integer >= 1, got 0"),
+        ({"max_step_work": 0}, r"max_step_work must be a number > 0 \(inf: no limit\), got 0"),
+        ({"max_step_work": float("nan")}, "max_step_work must be a number > 0 .*got nan"),
+        ({"max_step_work": "1e10"}, "max_step_work must be a number > 0 .*got '1e10'"),
         ({"heuristic": "best"}, "heuristic must be one of"),
         ({"exact": "yes"}, "exact must be a bool"),
     ],

@@ -5,7 +5,8 @@ Guarantees
 * ``exact=True``: no heuristic elimination; the result is exactly the Pareto frontier of
   all strategies (one point per distinct (memory, time) pair), for both methods.
 * ``exact=False``: heuristic elimination (Eq. 7) is used only where branch elimination
-  would give a node more than ``max_merged_configs`` configs; the result is then a subset of
+  would give a node more than ``max_merged_configs`` configs, or where eliminating a node
+  would take more than ``max_step_work`` estimated pair sums; the result is then a subset of
   achievable strategies that may miss parts of the true frontier. By default
   (``anchors="auto"``) the exact fastest and smallest strategies (:func:`min_sum`) are
   added to any result that may be approximate, so both ends of the frontier are exact.
@@ -57,10 +58,14 @@ from .algebra import frontier_indices
 from .cost_graph import CostGraph, evaluate
 from .result import TrackedFrontier
 
-__all__ = ["TrackedFrontier", "track", "parse_epsilon", "DEFAULT_MAX_MERGED_CONFIGS", "AUTO_EPSILON",
+__all__ = ["TrackedFrontier", "track", "parse_epsilon", "DEFAULT_MAX_MERGED_CONFIGS", "DEFAULT_MAX_STEP_WORK", "AUTO_EPSILON",
            "AUTO_EPSILON_CELL_POINTS", "AUTO_EXACT_TERMS", "AUTO_REPEATS", "METHODS", "HEURISTIC_CHOICES"]
 
 DEFAULT_MAX_MERGED_CONFIGS = 1024
+DEFAULT_MAX_STEP_WORK = 1e10
+"""With ``exact=False``, the most estimated pair sums one node elimination may take (see
+:func:`track`): about 100 times the costliest step of the 16-device Transformer, and below
+the 40-second steps of the zoo RNN's grid."""
 AUTO_EPSILON = 1e-3
 """The epsilon that ``epsilon="auto"`` turns on (see :func:`track`)."""
 AUTO_EPSILON_CELL_POINTS = 1024
@@ -105,6 +110,15 @@ def parse_epsilon(epsilon):
         except ValueError:
             raise InvalidInputError(f"epsilon must be 'auto' or a finite float >= 0, got {epsilon!r}") from None
     return check_epsilon(epsilon)
+
+
+def _check_step_work(max_step_work):
+    """``max_step_work`` of :func:`track` as a float: a number > 0 (``inf``: no limit)."""
+    if isinstance(max_step_work, (bool, np.bool_)) or not isinstance(max_step_work, (int, float, np.integer, np.floating)):
+        raise InvalidInputError(f"max_step_work must be a number > 0 (inf: no limit), got {max_step_work!r}")
+    if not max_step_work > 0:  # NaN fails too
+        raise InvalidInputError(f"max_step_work must be a number > 0 (inf: no limit), got {max_step_work!r}")
+    return float(max_step_work)
 
 
 def _validate(cg, method, exact, epsilon, threads, max_merged_configs, heuristic):
@@ -228,7 +242,7 @@ class _Progress:
 
 
 def _run(cg, method, exact, eps, threads, max_merged_configs, heuristic, fork=False, max_bytes=None, progress=None,
-         switch=None):
+         switch=None, max_step_work=float("inf")):
     """One tracking run. With ``fork`` (``heuristic="auto"``), the state just before the
     first heuristic elimination is snapshotted; the snapshot is then resumed with the
     ``"weighted"`` heuristic (the run itself uses ``heuristic``), which gives exactly what
@@ -240,13 +254,14 @@ def _run(cg, method, exact, eps, threads, max_merged_configs, heuristic, fork=Fa
     g = None
     try:
         g = build_working_graph(cg, eps, threads, max_bytes, switch)
-        return _simplify_and_finish(cg, g, method, exact, max_merged_configs, heuristic, fork, progress)
+        return _simplify_and_finish(cg, g, method, exact, max_merged_configs, heuristic, fork, progress,
+                                    max_step_work)
     except MemoryLimitError as exc:
         exc.epsilon = eps if g is None else g.ctx.epsilon
         raise
 
 
-def _simplify_and_finish(cg, g, method, exact, max_merged_configs, heuristic, fork, progress):
+def _simplify_and_finish(cg, g, method, exact, max_merged_configs, heuristic, fork, progress, max_step_work):
     from ..elimination.driver import simplify
 
     ctx = g.ctx
@@ -264,7 +279,7 @@ def _simplify_and_finish(cg, g, method, exact, max_merged_configs, heuristic, fo
             progress.report("eliminate", len(gg.nodes), ctx.stats["points"])
 
     chains = simplify(g, method, exact, max_merged_configs, heuristic, cg.topological_order,
-                      on_heuristic=fork_hook if fork else None, on_step=step)
+                      on_heuristic=fork_hook if fork else None, on_step=step, max_step_work=max_step_work)
     if progress is not None:
         progress.report("finish", len(g.nodes), ctx.stats["points"], force=True)
     results = [_finish_run(cg, g, chains)]
@@ -276,7 +291,7 @@ def _simplify_and_finish(cg, g, method, exact, max_merged_configs, heuristic, fo
             progress.run = 2
             progress.report("resume with the weighted heuristic", len(h.nodes), ctx.stats["points"], force=True)
         chains = simplify(h, method, exact, max_merged_configs, "weighted", cg.topological_order, marker=marker,
-                          on_step=step)
+                          on_step=step, max_step_work=max_step_work)
         results.append(_finish_run(cg, h, chains))
     return results
 
@@ -581,6 +596,7 @@ def track(
     epsilon: float | Literal["auto"] = "auto",
     threads: int | None = None,
     max_merged_configs: int = DEFAULT_MAX_MERGED_CONFIGS,
+    max_step_work: float = DEFAULT_MAX_STEP_WORK,
     heuristic: Literal["auto", "min_memory", "weighted"] = "auto",
     anchors: Literal["auto"] | bool = "auto",
     max_memory: int | None = None,
@@ -619,6 +635,11 @@ def track(
     max_merged_configs : int
         With ``exact=False``, the largest config count a branch elimination may create
         before heuristic elimination is used instead.
+    max_step_work : float > 0
+        With ``exact=False``, the most pair sums a node elimination is estimated to take
+        (its configs, times its neighbours' configs and the mean points per cell of every
+        frontier a term sums); a costlier one fixes that node's config instead (heuristic
+        elimination, counted in ``stats["work_capped"]``). ``inf``: no limit.
     heuristic : {"auto", "min_memory", "weighted"}
         Config choice of heuristic elimination; ``"auto"`` runs both when any heuristic
         elimination was needed and keeps the reduced union of the two frontiers (the
@@ -686,7 +707,7 @@ def track(
     Raises
     ------
     InvalidInputError
-        For a bad method, epsilon, threads, max_merged_configs or heuristic.
+        For a bad method, epsilon, threads, max_merged_configs, max_step_work or heuristic.
     InfeasibleError
         When every strategy uses a forbidden cost (see :class:`CostGraph`).
     MemoryLimitError
@@ -704,6 +725,7 @@ def track(
     [0, 1, 2, 3]
     """
     eps, threads = _validate(cg, method, exact, epsilon, threads, max_merged_configs, heuristic)
+    max_step_work = _check_step_work(max_step_work)
     switch = None
     if eps == "auto":
         eps = 0.0
@@ -723,7 +745,8 @@ def track(
     if candidates is not None:
         parse_count(candidates, "candidates", allow_none=True)
         kwargs = dict(method=method, exact=exact, epsilon=eps if switch is None else "auto", threads=threads,
-                      max_merged_configs=max_merged_configs, heuristic=heuristic, max_memory=max_memory,
+                      max_merged_configs=max_merged_configs, max_step_work=max_step_work, heuristic=heuristic,
+                      max_memory=max_memory,
                       on_memory_limit=on_memory_limit, progress=progress)
         mem, tim, ch, ech, depth, stats, rb, keep = _run_candidates(cg, int(candidates), kwargs, int(max_memory))
         _certify(cg, rb, keep, mem, tim, stats)
@@ -748,7 +771,8 @@ def track(
         try:
             runs = _run(cg, method, bool(exact), eps, threads, int(max_merged_configs), first,
                         fork=heuristic == "auto", max_bytes=int(max_memory),
-                        progress=None if progress is None else _Progress(progress, cg.n_nodes), switch=switch)
+                        progress=None if progress is None else _Progress(progress, cg.n_nodes), switch=switch,
+                        max_step_work=max_step_work)
             break
         except ExactBudgetSpent as exc:
             exact_attempt = dict(combines=exc.combines, terms=exc.terms, seconds=_time.perf_counter() - t0)
