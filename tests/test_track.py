@@ -129,6 +129,19 @@ def test_work_cap_fixes_costly_nodes_unless_exact(method):
     assert_same_frontier(exact, bf)
 
 
+def test_work_cap_applies_to_ldp_steps():
+    cg = random_chain(6, 3, seed=1)  # FT-LDP marks the whole chain: every step is an LDP fold
+    bf = brute_force_frontier(cg)
+    free = track(cg, method="ldp", exact=False, max_step_work=float("inf"), threads=1)
+    assert free.stats["ldp_steps"] == 5 and "work_capped" not in free.stats
+    assert_same_frontier(free, bf)
+    capped = track(cg, method="ldp", exact=False, max_step_work=1.0, threads=1)
+    assert capped.stats["work_capped"] > 0 and capped.n_heuristic >= capped.stats["work_capped"]
+    assert_achievable(cg, capped)
+    for m, t in zip(capped.memory, capped.time):
+        assert np.any((bf.memory <= m * (1 + 1e-12)) & (bf.time <= t * (1 + 1e-12)))
+
+
 def test_heuristic_is_used_and_counted():
     cg = random_layered_dag(6, 3, 4, skip_prob=0.5, seed=2)
     fr = track(cg, exact=False, max_merged_configs=4, threads=1)

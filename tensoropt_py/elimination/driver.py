@@ -20,12 +20,13 @@ available and falls back to branch elimination and then heuristic elimination:
    the neighbour giving the smallest config space, unless (``exact=False``) that space
    exceeds ``max_merged_configs``: then heuristic elimination (Eq. 7) fixes the config of the
    unmarked node of largest degree;
-5. with ``exact=False``, a node elimination whose estimated work (``_elimination_work``)
-   exceeds ``max_step_work`` is replaced by heuristic elimination of that node. On a grid
-   (the zoo RNN: 8 layers x 20 steps of 413-config cells) the exact order sums frontiers of
-   hundreds of points per config triple, up to 40 s for one step, where fixing the node
-   costs one config's worth of work (``benchmarks/bench_scale.py --cases paper16
-   --paper-uncapped`` measures what it saves and what it loses).
+5. with ``exact=False``, a node elimination or fold whose estimated work
+   (:func:`~.node_elimination.elimination_work`) exceeds ``max_step_work`` is replaced by
+   heuristic elimination of that node (so is an LDP step, :func:`tensoropt_py.engine.ldp.ldp`).
+   On a grid (the zoo RNN: 8 layers x 20 steps of 413-config cells) the exact order sums
+   frontiers of hundreds or thousands of points per config pair, up to 40 s for one step,
+   where fixing the node costs one config's worth of work (``benchmarks/bench_scale.py
+   --cases paper16 --paper-uncapped`` measures what it saves and what it loses).
 
 With ``"ldp"`` the loop ends with every component reduced to its marked chain (run
 :func:`tensoropt_py.engine.ldp.ldp` on them); with ``"elimination"`` everything is
@@ -37,9 +38,9 @@ from __future__ import annotations
 import heapq
 
 from .branch_elimination import merge_nodes
-from .heuristic_elimination import choose_config, fix_node
+from .heuristic_elimination import choose_config, fix_costly, fix_node
 from .linear_chain import ChainMarker
-from .node_elimination import detach, eliminate_node, fold_leaf
+from .node_elimination import detach, eliminate_node, elimination_work, fold_leaf
 
 __all__ = ["simplify"]
 
@@ -49,8 +50,8 @@ def simplify(g, method, exact, max_merged_configs, heuristic, topological_order,
     """Simplify working graph ``g`` in place; returns the marked chains (``[]`` for elimination).
 
     ``max_step_work``: with ``exact=False``, the most estimated pair sums
-    (``_elimination_work``) a node elimination may take; a costlier one fixes the node's
-    config instead (heuristic elimination, counted in ``g.stats["work_capped"]`` too).
+    (:func:`~.node_elimination.elimination_work`) a node elimination or fold may take; a
+    costlier one fixes the node's config instead (:func:`~.heuristic_elimination.fix_costly`).
 
     ``marker``: resume with this chain marking (of ``g``) instead of a fresh one.
     ``on_heuristic(g, marker)``: called once, just before the first heuristic elimination
@@ -107,12 +108,11 @@ def simplify(g, method, exact, max_merged_configs, heuristic, topological_order,
                 if y != x:
                     heapq.heappush(cand, (prio_of[d], x, d))  # still a candidate
                     x = y
-            if d == 2 and not exact and _elimination_work(g, x) > max_step_work:
+            if d > 0 and not exact and elimination_work(g, x) > max_step_work:
                 if on_heuristic is not None:
                     on_heuristic(g, marker)
                     on_heuristic = None
-                fix_node(g, x, choose_config(g, x, heuristic))
-                g.stats["work_capped"] = g.stats.get("work_capped", 0) + 1
+                fix_costly(g, x, heuristic)
                 continue
             if d == 0:
                 detach(g, x)
@@ -153,19 +153,6 @@ def simplify(g, method, exact, max_merged_configs, heuristic, topological_order,
         assert z is not None
         fix_node(g, z, choose_config(g, z, heuristic))
     return marker.chains if ldp else []
-
-
-def _elimination_work(g, x):
-    """Estimated pair sums of eliminating node ``x``: its configs times, per neighbour, the
-    neighbour's configs and the mean points per cell of the edge to it, times the mean points
-    per config of ``x``'s own frontier (a term sums one frontier of each; layout classes and
-    the kernel's pruning make the real work smaller)."""
-    work = float(g.nodes[x].K)
-    for y, e in g.adj[x].items():
-        work *= g.nodes[y].K * e.table.n_points / max(e.table.n_cells, 1)
-    for tab in g.nodes[x].tables():
-        work *= tab.n_points / max(tab.n_cells, 1)
-    return work
 
 
 def _cells_after(g, x):

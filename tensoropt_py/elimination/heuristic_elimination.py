@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["fix_node", "choose_config", "HEURISTICS"]
+__all__ = ["fix_node", "fix_costly", "choose_config", "HEURISTICS"]
 
 
 def _finite_mean(x):
@@ -125,3 +125,11 @@ def fix_node(g, i, k):
     g.release_node(ni)
     g.remove_node(i)
     g.stats["heuristic"] += 1
+
+
+def fix_costly(g, i, heuristic):
+    """Heuristic elimination of node ``i`` in place of a node elimination or fold that would
+    cost more than the run allows (``track(max_step_work=...)``); counted as heuristic and
+    in ``g.stats["work_capped"]``."""
+    fix_node(g, i, choose_config(g, i, heuristic))
+    g.stats["work_capped"] = g.stats.get("work_capped", 0) + 1

@@ -22,7 +22,7 @@ import numpy as np
 from .table import digest_arrays
 from .working_graph import WEdge, group_units
 
-__all__ = ["eliminate_node", "fold_leaf", "detach"]
+__all__ = ["eliminate_node", "fold_leaf", "detach", "elimination_work"]
 
 
 def _sums(n, U, rows, cols):
@@ -36,6 +36,19 @@ def _sums(n, U, rows, cols):
         if c is not None:
             col[s] = c
     return row, col
+
+
+def elimination_work(g, i):
+    """Estimated pair sums of eliminating (or folding) node ``i``: its configs times, per
+    neighbour, the neighbour's configs and the mean points per cell of the edge to it, times
+    the mean points per config of ``i``'s own frontier (a term sums one frontier of each;
+    layout classes and the kernel's pruning make the real work smaller)."""
+    work = float(g.nodes[i].K)
+    for j, e in g.adj[i].items():
+        work *= g.nodes[j].K * e.table.n_points / max(e.table.n_cells, 1)
+    for tab in g.nodes[i].tables():
+        work *= tab.n_points / max(tab.n_cells, 1)
+    return work
 
 
 def detach(g, i):

@@ -5,9 +5,9 @@ Guarantees
 * ``exact=True``: no heuristic elimination; the result is exactly the Pareto frontier of
   all strategies (one point per distinct (memory, time) pair), for both methods.
 * ``exact=False``: heuristic elimination (Eq. 7) is used only where branch elimination
-  would give a node more than ``max_merged_configs`` configs, or where eliminating a node
-  would take more than ``max_step_work`` estimated pair sums; the result is then a subset of
-  achievable strategies that may miss parts of the true frontier. By default
+  would give a node more than ``max_merged_configs`` configs, or where eliminating or
+  folding a node would take more than ``max_step_work`` estimated pair sums; the result is
+  then a subset of achievable strategies that may miss parts of the true frontier. By default
   (``anchors="auto"``) the exact fastest and smallest strategies (:func:`min_sum`) are
   added to any result that may be approximate, so both ends of the frontier are exact.
 * Every returned point is achievable: ``evaluate(cg, fr.choices, fr.edge_choices)``
@@ -58,14 +58,15 @@ from .algebra import frontier_indices
 from .cost_graph import CostGraph, evaluate
 from .result import TrackedFrontier
 
-__all__ = ["TrackedFrontier", "track", "parse_epsilon", "DEFAULT_MAX_MERGED_CONFIGS", "DEFAULT_MAX_STEP_WORK", "AUTO_EPSILON",
-           "AUTO_EPSILON_CELL_POINTS", "AUTO_EXACT_TERMS", "AUTO_REPEATS", "METHODS", "HEURISTIC_CHOICES"]
+__all__ = ["TrackedFrontier", "track", "parse_epsilon", "DEFAULT_MAX_MERGED_CONFIGS", "DEFAULT_MAX_STEP_WORK",
+           "AUTO_EPSILON", "AUTO_EPSILON_CELL_POINTS", "AUTO_EXACT_TERMS", "AUTO_REPEATS", "METHODS",
+           "HEURISTIC_CHOICES"]
 
 DEFAULT_MAX_MERGED_CONFIGS = 1024
 DEFAULT_MAX_STEP_WORK = 1e10
-"""With ``exact=False``, the most estimated pair sums one node elimination may take (see
-:func:`track`): about 100 times the costliest step of the 16-device Transformer, and below
-the 40-second steps of the zoo RNN's grid."""
+"""With ``exact=False``, the most estimated pair sums one node elimination or fold may take
+(see :func:`track`): above every step of the Transformers, Llama and Mixtral of the
+benchmarks, below the costliest steps (up to 40 s each) of the zoo RNN's grid."""
 AUTO_EPSILON = 1e-3
 """The epsilon that ``epsilon="auto"`` turns on (see :func:`track`)."""
 AUTO_EPSILON_CELL_POINTS = 1024
@@ -114,9 +115,9 @@ def parse_epsilon(epsilon):
 
 def _check_step_work(max_step_work):
     """``max_step_work`` of :func:`track` as a float: a number > 0 (``inf``: no limit)."""
-    if isinstance(max_step_work, (bool, np.bool_)) or not isinstance(max_step_work, (int, float, np.integer, np.floating)):
-        raise InvalidInputError(f"max_step_work must be a number > 0 (inf: no limit), got {max_step_work!r}")
-    if not max_step_work > 0:  # NaN fails too
+    number = isinstance(max_step_work, (int, float, np.integer, np.floating))
+    # bools are ints, and NaN fails the comparison
+    if isinstance(max_step_work, (bool, np.bool_)) or not number or not max_step_work > 0:
         raise InvalidInputError(f"max_step_work must be a number > 0 (inf: no limit), got {max_step_work!r}")
     return float(max_step_work)
 
@@ -282,7 +283,8 @@ def _simplify_and_finish(cg, g, method, exact, max_merged_configs, heuristic, fo
                       on_heuristic=fork_hook if fork else None, on_step=step, max_step_work=max_step_work)
     if progress is not None:
         progress.report("finish", len(g.nodes), ctx.stats["points"], force=True)
-    results = [_finish_run(cg, g, chains)]
+    cap = np.inf if exact else max_step_work
+    results = [_finish_run(cg, g, chains, heuristic, cap)]
     if snap:
         h, marker = snap[0]
         for tab in ctx.tables:
@@ -292,17 +294,17 @@ def _simplify_and_finish(cg, g, method, exact, max_merged_configs, heuristic, fo
             progress.report("resume with the weighted heuristic", len(h.nodes), ctx.stats["points"], force=True)
         chains = simplify(h, method, exact, max_merged_configs, "weighted", cg.topological_order, marker=marker,
                           on_step=step, max_step_work=max_step_work)
-        results.append(_finish_run(cg, h, chains))
+        results.append(_finish_run(cg, h, chains, "weighted", cap))
     return results
 
 
-def _finish_run(cg, g, chains):
+def _finish_run(cg, g, chains, heuristic, max_step_work):
     from .ldp import ldp
 
     ctx = g.ctx
     n_ldp = 0
     for chain in chains:
-        ldp(g, chain)
+        ldp(g, chain, heuristic, max_step_work)
         n_ldp += len(chain) - 1
     # product of the finished components (and of heuristic leftovers), then unroll
     final, choices, edge_choices = finish(g, cg.n_nodes, cg.n_edges)
@@ -636,10 +638,11 @@ def track(
         With ``exact=False``, the largest config count a branch elimination may create
         before heuristic elimination is used instead.
     max_step_work : float > 0
-        With ``exact=False``, the most pair sums a node elimination is estimated to take
-        (its configs, times its neighbours' configs and the mean points per cell of every
-        frontier a term sums); a costlier one fixes that node's config instead (heuristic
-        elimination, counted in ``stats["work_capped"]``). ``inf``: no limit.
+        With ``exact=False``, the most pair sums a node elimination or fold (an LDP step
+        too) is estimated to take (the node's configs, times its neighbours' configs and
+        the mean points per cell of every frontier a term sums); a costlier one fixes that
+        node's config instead (heuristic elimination, also counted in
+        ``stats["work_capped"]``). ``inf``: no limit.
     heuristic : {"auto", "min_memory", "weighted"}
         Config choice of heuristic elimination; ``"auto"`` runs both when any heuristic
         elimination was needed and keeps the reduced union of the two frontiers (the
