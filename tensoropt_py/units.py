@@ -51,6 +51,7 @@ __all__ = [
     "parse_flops",
     "parse_time",
     "parse_count",
+    "parse_positive",
     "format_bytes",
     "format_rate",
     "format_flops",
@@ -341,6 +342,46 @@ def parse_count(value, name, *, least=1, allow_none=False):
         allowed = f"{'None or ' if allow_none else ''}an integer >= {least}"
         raise InvalidInputError(f"{name} must be {allowed}, got {value!r}")
     return int(value)
+
+
+def parse_positive(value, name, *, allowed="a number > 0", allow_none=False):
+    """Check a positive real number (a work or byte budget): finite or ``inf``, never NaN.
+
+    Parameters
+    ----------
+    value : int or float
+        The number (a Python or NumPy real; a bool or a string is refused).
+    name : str
+        What the number is, for the error message.
+    allowed : str, default "a number > 0"
+        What the error message says is allowed.
+    allow_none : bool, default False
+        Accept None (returned as is), for budgets whose default is decided elsewhere.
+
+    Returns
+    -------
+    float or None
+
+    Raises
+    ------
+    InvalidInputError
+        Naming ``name``, the value and ``allowed``.
+
+    Examples
+    --------
+    >>> parse_positive(1e10, "max_work"), parse_positive(float("inf"), "max_work")
+    (10000000000.0, inf)
+    >>> parse_positive(float("nan"), "max_work")
+    Traceback (most recent call last):
+    ...
+    tensoropt_py.errors.InvalidInputError: max_work must be a number > 0, got nan
+    """
+    if allow_none and value is None:
+        return None
+    # a bool is an Integral, and NaN fails the comparison
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
+        raise InvalidInputError(f"{name} must be {allowed}, got {value!r}")
+    return float(value)
 
 
 def _format_scaled(x, units, digits):

@@ -16,6 +16,7 @@ from tensoropt_py.units import (
     format_time,
     parse_bytes,
     parse_count,
+    parse_positive,
     parse_flops,
     parse_rate,
     parse_time,
@@ -196,3 +197,18 @@ def test_parse_count_accepts_integers_from_least():
         parse_count(0, "threads", allow_none=True)
     with pytest.raises(InvalidInputError, match="window must be an integer >= 2, got 1"):
         parse_count(1, "window", least=2)
+
+
+@pytest.mark.parametrize("value", [0, -1.5, float("nan"), float("-inf"), True, np.bool_(True), "1e10", None, 1j,
+                                   [2.0]])
+def test_parse_positive_refuses_what_is_not_a_positive_number(value):
+    with pytest.raises(InvalidInputError, match=f"max_work must be a number > 0, got {re.escape(repr(value))}"):
+        parse_positive(value, "max_work")
+
+
+def test_parse_positive_accepts_positive_reals_and_says_what_is_allowed():
+    assert parse_positive(np.int64(3), "w") == 3.0 and type(parse_positive(np.int64(3), "w")) is float
+    assert parse_positive(np.float32(0.5), "w") == 0.5 and parse_positive(float("inf"), "w") == float("inf")
+    assert parse_positive(None, "max_memory", allow_none=True) is None
+    with pytest.raises(InvalidInputError, match="max_memory must be bytes > 0 or None, got 0"):
+        parse_positive(0, "max_memory", allowed="bytes > 0 or None", allow_none=True)

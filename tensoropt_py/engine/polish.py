@@ -20,7 +20,7 @@ import numpy as np
 
 from ..elimination.table import table_key
 from ..errors import InfeasibleError, InvalidInputError
-from ..units import parse_count
+from ..units import parse_count, parse_positive
 from .cost_graph import CostGraph, LayoutEdge, content_digest, evaluate
 from .scalar import _weigh, min_sum
 
@@ -426,8 +426,7 @@ def reoptimize_windows(cg, choices, edge_choices, lam, window=_WINDOW, max_entri
     ch, ech, lam = _check(cg, choices, edge_choices, lam)
     parse_count(window, "window")
     parse_count(max_entries, "max_entries")
-    if isinstance(max_work, bool) or not isinstance(max_work, (int, float, np.number)) or not max_work > 0:
-        raise InvalidInputError(f"max_work must be a number > 0, got {max_work!r}")
+    parse_positive(max_work, "max_work")
     order = np.asarray(cg.topological_order, dtype=np.int64)
     inc, _ = _incidence(cg)
     step = max(1, window // 2)

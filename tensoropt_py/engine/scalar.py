@@ -23,6 +23,7 @@ import numpy as np
 
 from ..elimination.table import table_key, unique_rows
 from ..errors import InfeasibleError, InvalidInputError
+from ..units import parse_positive
 from .cost_graph import CostGraph, evaluate
 
 __all__ = ["ScalarOptimum", "min_sum", "MAX_FACTOR_ENTRIES"]
@@ -201,9 +202,7 @@ def min_sum(cg, lam, max_entries=MAX_FACTOR_ENTRIES, max_work=None):
         raise InvalidInputError(f"lam must be a float >= 0 or inf, got {lam!r}") from None
     if not lam >= 0:
         raise InvalidInputError(f"lam must be a float >= 0 or inf, got {lam!r}")
-    if max_work is not None and (isinstance(max_work, bool) or not isinstance(max_work, (int, float, np.integer, np.floating))
-                                 or not max_work > 0):
-        raise InvalidInputError(f"max_work must be a positive number of terms or None, got {max_work!r}")
+    parse_positive(max_work, "max_work", allowed="a positive number of terms or None", allow_none=True)
     # the elimination order and every factor's shape follow from the layout maps alone:
     # a run without values first refuses a graph that is too wide (or too much work)
     work = _eliminate(cg, lam, max_entries, numeric=False)

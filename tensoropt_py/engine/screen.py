@@ -25,7 +25,7 @@ import numpy as np
 
 from ..elimination.table import table_key
 from ..errors import InfeasibleError, InvalidInputError, MemoryLimitError
-from ..units import parse_count
+from ..units import parse_count, parse_positive
 from .algebra import frontier_indices
 from .cost_graph import CostGraph, LayoutEdge, content_digest
 from .scalar import min_sum
@@ -536,8 +536,7 @@ def window_bound(cg, lam, window=_WINDOW_BOUND, max_entries=5_000_000, max_work=
         raise InvalidInputError(f"lam must be a weight >= 0 (or inf), got {lam!r}")
     parse_count(window, "window")
     parse_count(max_entries, "max_entries")
-    if isinstance(max_work, bool) or not isinstance(max_work, (int, float, np.number)) or not max_work > 0:
-        raise InvalidInputError(f"max_work must be a number > 0, got {max_work!r}")
+    parse_positive(max_work, "max_work")
     order = np.asarray(cg.topological_order, dtype=np.int64)
     part = np.empty(cg.n_nodes, dtype=np.int64)
     part[order] = np.arange(cg.n_nodes) // window

@@ -51,7 +51,7 @@ from typing import Literal
 import numpy as np
 
 from ..errors import InfeasibleError, InvalidInputError, MemoryLimitError
-from ..units import parse_count
+from ..units import parse_count, parse_positive
 from ..elimination.kernels import check_epsilon, resolve_threads
 from ..elimination.table import ExactBudgetSpent
 from .algebra import frontier_indices
@@ -111,15 +111,6 @@ def parse_epsilon(epsilon):
         except ValueError:
             raise InvalidInputError(f"epsilon must be 'auto' or a finite float >= 0, got {epsilon!r}") from None
     return check_epsilon(epsilon)
-
-
-def _check_step_work(max_step_work):
-    """``max_step_work`` of :func:`track` as a float: a number > 0 (``inf``: no limit)."""
-    number = isinstance(max_step_work, (int, float, np.integer, np.floating))
-    # bools are ints, and NaN fails the comparison
-    if isinstance(max_step_work, (bool, np.bool_)) or not number or not max_step_work > 0:
-        raise InvalidInputError(f"max_step_work must be a number > 0 (inf: no limit), got {max_step_work!r}")
-    return float(max_step_work)
 
 
 def _validate(cg, method, exact, epsilon, threads, max_merged_configs, heuristic):
@@ -728,7 +719,7 @@ def track(
     [0, 1, 2, 3]
     """
     eps, threads = _validate(cg, method, exact, epsilon, threads, max_merged_configs, heuristic)
-    max_step_work = _check_step_work(max_step_work)
+    max_step_work = parse_positive(max_step_work, "max_step_work", allowed="a number > 0 (inf: no limit)")
     switch = None
     if eps == "auto":
         eps = 0.0
@@ -742,8 +733,8 @@ def track(
         raise InvalidInputError(f"on_memory_limit must be 'epsilon' or 'raise', got {on_memory_limit!r}")
     if max_memory is None:
         max_memory = default_max_memory()
-    elif isinstance(max_memory, bool) or not isinstance(max_memory, (int, np.integer, float)) or not max_memory > 0:
-        raise InvalidInputError(f"max_memory must be a positive number of bytes or None, got {max_memory!r}")
+    else:
+        parse_positive(max_memory, "max_memory", allowed="a positive number of bytes or None")
     t0 = _time.perf_counter()
     if candidates is not None:
         parse_count(candidates, "candidates", allow_none=True)
