@@ -58,8 +58,9 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   ``wide_resnet`` and ``rnn`` on 16 devices of ``v100-2x8``), tracked with default settings:
   build and track seconds, points, heuristic eliminations, where ``epsilon="auto"`` thinned,
   the anchors and the end gaps, with the paper's FT-LDP seconds (Table 3, 48 cores) beside;
-  with ``--paper-uncapped``, a model whose run fixed configs for the work cap (``max_step_work``)
-  is tracked again without it: seconds, points, and the time lost at equal memory each way;
+  with ``--paper-uncapped``, a model whose run restricted or fixed configs for the work cap
+  (``max_step_work``) is tracked again without it: seconds, points, and the time lost at equal
+  memory each way;
 * ``llama``: a Llama-3-8B-shaped model (32 layers, hidden 4096, GQA 32/8, FFN 14336,
   vocab 128256, batch 32 x 2048) imported from Hugging Face on the meta device, built
   with the default mesh space (hierarchical past 16 devices) and tracked with default
@@ -125,7 +126,7 @@ fr = track(cg, threads={threads})
 t1 = time.perf_counter()
 st = fr.stats
 out(case="transformer16_track", seconds=t1 - t0, points=len(fr), heuristic=fr.n_heuristic,
-    work_capped=st.get("work_capped", 0), epsilon=fr.epsilon,
+    work_capped=st.get("work_capped", 0), work_restricted=st.get("work_restricted", 0), epsilon=fr.epsilon,
     bound=fr.memory_bound_factor, epsilon_from_combine=st.get("epsilon_from_combine"),
     auto_exact_attempt=st.get("auto_exact_attempt"),
     anchors=str(st.get("anchors"))[:80], anchor_s=st.get("anchor_seconds"), peak_gib=st["peak_table_bytes"] / 2**30,
@@ -342,7 +343,7 @@ for preset, devices in {llama_runs}:
     st = fr.stats
     out(case="llama", devices=devices, meshes=mcg.meshes, seconds=time.perf_counter() - t0, points=len(fr),
         epsilon=fr.epsilon, bound=fr.memory_bound_factor, heuristic=fr.n_heuristic,
-        work_capped=st.get("work_capped", 0), anchors=str(st.get("anchors"))[:80],
+        work_capped=st.get("work_capped", 0), work_restricted=st.get("work_restricted", 0), anchors=str(st.get("anchors"))[:80],
         end_gaps=st.get("end_gaps"), descent_points=st.get("descent_points"), descent_gain=st.get("descent_gain"),
         anchor_s=st.get("anchor_seconds"),
         retries=st.get("memory_limit_retries"), peak_gib=st["peak_table_bytes"] / 2**30,
@@ -359,14 +360,14 @@ for name in {paper_models}:
     t2 = time.perf_counter()
     st = fr.stats
     out(case="paper16", model=name, build_s=t1 - t0, seconds=t2 - t1, paper_ft_ldp_s=paper_seconds.get(name),
-        graph=str(cg), points=len(fr), heuristic=fr.n_heuristic, work_capped=st.get("work_capped", 0),
+        graph=str(cg), points=len(fr), heuristic=fr.n_heuristic, work_capped=st.get("work_capped", 0), work_restricted=st.get("work_restricted", 0),
         epsilon=fr.epsilon, bound=fr.memory_bound_factor,
         epsilon_from_combine=st.get("epsilon_from_combine"), auto_exact_attempt=st.get("auto_exact_attempt"),
         anchors=str(st.get("anchors"))[:80], end_gaps=st.get("end_gaps"), anchor_s=st.get("anchor_seconds"),
         peak_gib=st["peak_table_bytes"] / 2**30,
         fastest=[float(fr.memory[-1]), float(fr.time[-1])], smallest=[float(fr.memory[0]), float(fr.time[0])])
     if {paper_uncapped} and st.get("work_capped"):
-        # the same without the work cap: what fixing the costliest nodes' configs lost
+        # the same without the work cap: what restricting or fixing the costliest nodes' configs lost
         t3 = time.perf_counter()
         free = track(cg, threads={threads}, max_step_work=float("inf"))
         out(case="paper16_uncapped", model=name, seconds=time.perf_counter() - t3, points=len(free),

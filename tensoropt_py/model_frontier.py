@@ -77,7 +77,10 @@ class Frontier:
     model, cluster : str
     exact : bool
         True when the engine guarantees these are exactly the Pareto-optimal points of
-        the cost model (no heuristic elimination and no epsilon thinning happened).
+        the cost model (no heuristic step and no epsilon thinning happened).
+    heuristic_eliminations : int
+        Heuristic steps of the engine: configs fixed (TensorOpt Eq. 7) or dropped for its
+        work cap (:func:`~tensoropt_py.engine.track`, ``max_step_work``).
     cost_graph : CostGraph or None
         The graph the frontier was tracked on (None after :meth:`from_json`).
     memory_bound_factor : float
@@ -232,7 +235,7 @@ class Frontier:
             why.append(f"epsilon={self.epsilon:g}, memory within {self.memory_bound_factor:.3g}x "
                        "of the exact frontier's at equal time")
         if self.heuristic_eliminations:
-            why.append(f"{self.heuristic_eliminations} heuristic eliminations")
+            why.append(f"{self.heuristic_eliminations} heuristic steps (configs fixed or dropped)")
         if self.meshes_restricted:
             why.append(f"{self.meshes} meshes only")
         if self.fastest_gap is not None:

@@ -5,12 +5,21 @@ import pytest
 
 from tensoropt_py.elimination.branch_elimination import merge_nodes
 from tensoropt_py.elimination.driver import simplify
-from tensoropt_py.elimination.heuristic_elimination import choose_config, fix_node
+from tensoropt_py.elimination.heuristic_elimination import (
+    MIN_KEPT_SHARE,
+    choose_config,
+    fix_node,
+    rank_configs,
+    restrict_node,
+    shrink_costly,
+)
+from tensoropt_py.elimination.node_elimination import elimination_work
 from tensoropt_py.elimination.linear_chain import ChainMarker
 from tensoropt_py.elimination.node_elimination import detach, eliminate_node, fold_leaf
 from tensoropt_py.engine import CostGraph, LayoutEdge, brute_force_frontier, evaluate
 from tensoropt_py.engine.ldp import ldp
 from tensoropt_py.engine.random_graphs import random_chain, random_small_dag
+from tensoropt_py.engine.screen import restrict
 from tensoropt_py.engine.track import build_working_graph, finish
 
 
@@ -156,6 +165,97 @@ def test_heuristic_elimination_is_achievable(heuristic):
                                           [(u, v, _restrict(e, u, v, k)) for u, v, e in cg.edges]))
     np.testing.assert_allclose(final.mem, full.memory)
     np.testing.assert_allclose(final.time, full.time)
+
+
+def _mixed_graph(seed):
+    """Four nodes, dense, multi-option and layout edges, a cycle (branch eliminations)."""
+    rng = np.random.default_rng(seed)
+    ks = [5, 4, 3, 3]
+    nodes = int_nodes(rng, ks)
+    edges = [(0, 1, int_edge(rng, 5, 4)), (0, 2, int_edge(rng, 5, 3, R=2)), (0, 3, int_layout(rng, 5, 3, 2, 2)),
+             (1, 2, int_edge(rng, 4, 3)), (2, 3, int_edge(rng, 3, 3))]
+    return CostGraph(nodes, edges)
+
+
+def _finish_exactly(cg, g):
+    simplify(g, "elimination", True, 10**9, "min_memory", cg.topological_order)
+    return finish(g, cg.n_nodes, cg.n_edges)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_restricting_a_node_tracks_exactly_the_strategies_of_its_kept_configs(seed):
+    cg = _mixed_graph(seed)
+    g = build_working_graph(cg)
+    h = g.snapshot()  # shares the edges: restricting g must leave it whole
+    keep = [4, 1, 2]
+    restrict_node(g, 0, keep)
+    assert g.nodes[0].K == 3
+    final, ch, ech = _finish_exactly(cg, g)
+    assert set(ch[:, 0]) <= set(keep)  # original config numbers
+    m, t = evaluate(cg, ch, ech)
+    np.testing.assert_allclose(m, final.mem)
+    np.testing.assert_allclose(t, final.time)
+    truth = brute_force_frontier(restrict(cg, [np.array(sorted(keep))] + [np.arange(k) for k in cg.n_configs[1:]]))
+    np.testing.assert_allclose(final.mem, truth.memory)
+    np.testing.assert_allclose(final.time, truth.time)
+    whole, _, _ = _finish_exactly(cg, h)
+    np.testing.assert_allclose(whole.mem, brute_force_frontier(cg).memory)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_configs_rank_after_those_that_dominate_them_and_the_ends_come_early(seed):
+    rng = np.random.default_rng(seed)
+    K = int(rng.integers(1, 30))
+    costs = rng.integers(1, 9, size=(K, 2)).astype(float)
+    g = build_working_graph(CostGraph([costs], []))
+    order = rank_configs(g, 0)
+    assert sorted(order.tolist()) == list(range(K))
+    place = np.empty(K, dtype=np.int64)
+    place[order] = np.arange(K)
+    m, t = costs[:, 0], costs[:, 1]
+    dominated = np.zeros(K, dtype=bool)
+    for c in range(K):
+        better = (m < m[c]) & (t < t[c])  # strictly better in both
+        dominated[c] = better.any()
+        assert np.all(place[better] < place[c])
+    # a config best for some weight (the least time, the least memory) comes before every
+    # config that is never best
+    for end in (t, m):
+        if (end == end.min()).sum() == 1 and dominated.any():
+            assert place[np.argmin(end)] < place[dominated].min()
+
+
+def test_rank_configs_counts_the_cheapest_edge_cell():
+    # node 0's configs cost the same alone; its edge makes config 2 the cheapest in both
+    nodes = [np.ones((3, 2)), np.zeros((2, 2))]
+    edge = np.full((3, 2, 2), 5.0)
+    edge[2, 1] = 0.0
+    g = build_working_graph(CostGraph(nodes, [(0, 1, edge)]))
+    assert rank_configs(g, 0)[0] == 2
+
+
+def test_rank_configs_puts_forbidden_configs_last():
+    costs = np.array([[2.0, 2.0], [np.inf, 1.0], [1.0, 3.0], [3.0, np.inf]])
+    edge = np.ones((4, 2, 2))
+    edge[2] = np.inf  # every cell of config 2 forbidden
+    g = build_working_graph(CostGraph([costs, np.zeros((2, 2))], [(0, 1, edge)]))
+    order = rank_configs(g, 0)
+    assert order.tolist()[0] == 0 and set(order.tolist()[1:]) == {1, 2, 3}
+
+
+def test_a_costly_step_keeps_the_best_configs_that_fit_or_fixes_the_node():
+    cg = _mixed_graph(0)
+    g = build_working_graph(cg)
+    work = elimination_work(g, 1)
+    K = g.nodes[1].K
+    assert not shrink_costly(g, 1, "min_memory", work * 0.6)  # a share of the configs fits
+    assert 2 <= g.nodes[1].K < K and elimination_work(g, 1) <= work * 0.6
+    assert g.stats["work_restricted"] == 1 and g.stats["heuristic"] == 1
+    fixed = []
+    assert shrink_costly(g, 2, "min_memory", elimination_work(g, 2) * MIN_KEPT_SHARE / 2,
+                         before_fix=lambda: fixed.append(1))
+    assert 2 not in g.nodes and fixed == [1]
+    assert g.stats["work_capped"] == 2 and g.stats["heuristic"] == 2
 
 
 def _restrict(cost, u, v, k):

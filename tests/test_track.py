@@ -17,6 +17,7 @@ from tensoropt_py.engine import (
     track,
 )
 from tensoropt_py.engine.random_graphs import random_chain, random_layered_dag, random_small_dag
+from tensoropt_py.engine.screen import restrict
 from tensoropt_py.engine.track import AUTO_EPSILON, parse_epsilon
 
 METHODS = ["ldp", "elimination"]
@@ -140,6 +141,33 @@ def test_work_cap_applies_to_ldp_steps():
     assert_achievable(cg, capped)
     for m, t in zip(capped.memory, capped.time):
         assert np.any((bf.memory <= m * (1 + 1e-12)) & (bf.time <= t * (1 + 1e-12)))
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("seed", range(3))
+def test_work_cap_restriction_is_exact_on_the_configs_it_keeps(method, seed, monkeypatch):
+    """A step just over the cap keeps a share of its node's configs (no config fixed): the
+    result is then exactly the frontier of the strategies using only the kept configs."""
+    heur = importlib.import_module("tensoropt_py.elimination.heuristic_elimination")
+    cg = random_chain(7, 6, seed=seed, integer_costs=True)
+    real = heur.restrict_node
+    for cap in np.geomspace(1e6, 1.0, 60):
+        kept = {i: np.arange(k) for i, k in enumerate(cg.n_configs)}  # original configs left per node
+
+        def logged(g, i, keep, kept=kept):
+            kept[i] = kept[i][np.sort(keep)]
+            real(g, i, keep)
+
+        monkeypatch.setattr(heur, "restrict_node", logged)
+        fr = track(cg, method=method, exact=False, epsilon=0.0, anchors=False, max_step_work=cap, threads=1)
+        if fr.stats.get("work_restricted", 0) and fr.stats["work_restricted"] == fr.stats["work_capped"]:
+            break
+    else:
+        pytest.fail("no cap restricts without fixing")
+    assert fr.n_heuristic == fr.stats["work_restricted"]
+    assert sum(k.size for k in kept.values()) < sum(cg.n_configs)
+    assert_achievable(cg, fr)
+    assert_same_frontier(fr, brute_force_frontier(restrict(cg, list(kept.values()))))
 
 
 def test_heuristic_is_used_and_counted():
@@ -302,7 +330,7 @@ def test_tracked_frontier_is_frozen_and_prints():
         ({"threads": 0}, "threads must be None or an integer >= 1, got 0"),
         ({"threads": 1.5}, "threads must be None or an integer >= 1"),
         ({"max_merged_configs": 0}, "max_merged_configs must be an integer >= 1, got 0"),
-        ({"max_step_work": 0}, r"max_step_work must be a number > 0 \(inf: no limit\), got 0"),
+        ({"max_step_work": 0}, r"max_step_work must be a number > 0 \(inf: no limit\) or None, got 0"),
         ({"max_step_work": float("nan")}, "max_step_work must be a number > 0 .*got nan"),
         ({"max_step_work": "1e10"}, "max_step_work must be a number > 0 .*got '1e10'"),
         ({"heuristic": "best"}, "heuristic must be one of"),

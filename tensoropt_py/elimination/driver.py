@@ -21,12 +21,17 @@ available and falls back to branch elimination and then heuristic elimination:
    exceeds ``max_merged_configs``: then heuristic elimination (Eq. 7) fixes the config of the
    unmarked node of largest degree;
 5. with ``exact=False``, a node elimination or fold whose estimated work
-   (:func:`~.node_elimination.elimination_work`) exceeds ``max_step_work`` is replaced by
-   heuristic elimination of that node (so is an LDP step, :func:`tensoropt_py.engine.ldp.ldp`).
-   On a grid (the zoo RNN: 8 layers x 20 steps of 413-config cells) the exact order sums
-   frontiers of hundreds or thousands of points per config pair, up to 40 s for one step,
-   where fixing the node costs one config's worth of work (``benchmarks/bench_scale.py
-   --cases paper16 --paper-uncapped`` measures what it saves and what it loses).
+   (:func:`~.node_elimination.elimination_work`) exceeds ``max_step_work`` is made to fit
+   (so is an LDP step, :func:`tensoropt_py.engine.ldp.ldp`): the node keeps only its best
+   configs, as many as fit, and is eliminated on them; where fewer than a tenth would fit,
+   its config is fixed (heuristic elimination) instead
+   (:func:`~.heuristic_elimination.shrink_costly`). On a grid (the zoo RNN: 8 layers x 20
+   steps of 413-config cells) the exact order sums frontiers of hundreds or thousands of
+   points per config pair, up to 40 s for one step, where fixing the node costs one config's
+   worth of work; a WideResNet block's running frontier makes steps of 7 to 20 s, which
+   keeping a tenth to three quarters of the node's configs brings to a second or two
+   (``benchmarks/bench_scale.py --cases paper16 --paper-uncapped`` measures what the cap
+   saves and what it loses).
 
 With ``"ldp"`` the loop ends with every component reduced to its marked chain (run
 :func:`tensoropt_py.engine.ldp.ldp` on them); with ``"elimination"`` everything is
@@ -38,7 +43,7 @@ from __future__ import annotations
 import heapq
 
 from .branch_elimination import merge_nodes
-from .heuristic_elimination import choose_config, fix_costly, fix_node
+from .heuristic_elimination import choose_config, fix_node, shrink_costly
 from .linear_chain import ChainMarker
 from .node_elimination import detach, eliminate_node, elimination_work, fold_leaf
 
@@ -51,12 +56,13 @@ def simplify(g, method, exact, max_merged_configs, heuristic, topological_order,
 
     ``max_step_work``: with ``exact=False``, the most estimated pair sums
     (:func:`~.node_elimination.elimination_work`) a node elimination or fold may take; a
-    costlier one fixes the node's config instead (:func:`~.heuristic_elimination.fix_costly`).
+    costlier one drops configs of the node or fixes it (:func:`~.heuristic_elimination.shrink_costly`).
 
     ``marker``: resume with this chain marking (of ``g``) instead of a fresh one.
     ``on_heuristic(g, marker)``: called once, just before the first heuristic elimination
     (``heuristic="auto"`` snapshots the state there and later resumes the snapshot with
-    the other heuristic instead of re-running everything).
+    the other heuristic instead of re-running everything); a restriction for the work cap
+    chooses no config by the heuristic and does not call it.
     ``on_step(g)``: called after every elimination step (progress reporting).
     """
     ldp = method == "ldp"
@@ -78,6 +84,13 @@ def simplify(g, method, exact, max_merged_configs, heuristic, topological_order,
                 heapq.heappush(mindeg, (d, g.nodes[x].K, x))
                 heapq.heappush(maxdeg, (-d, x))
         g.touched.clear()
+
+    pending = [on_heuristic]  # the hook, until the first heuristic elimination calls it
+
+    def first_heuristic():
+        if pending[0] is not None:
+            hook, pending[0] = pending[0], None
+            hook(g, marker)
 
     def valid(x, d=None, K=None):
         if x not in g.nodes or x in marked:
@@ -109,11 +122,8 @@ def simplify(g, method, exact, max_merged_configs, heuristic, topological_order,
                     heapq.heappush(cand, (prio_of[d], x, d))  # still a candidate
                     x = y
             if d > 0 and not exact and elimination_work(g, x) > max_step_work:
-                if on_heuristic is not None:
-                    on_heuristic(g, marker)
-                    on_heuristic = None
-                fix_costly(g, x, heuristic)
-                continue
+                if shrink_costly(g, x, heuristic, max_step_work, before_fix=first_heuristic):
+                    continue  # fixed: gone (else restricted to configs that fit: eliminated below)
             if d == 0:
                 detach(g, x)
             elif d == 1:
@@ -141,9 +151,7 @@ def simplify(g, method, exact, max_merged_configs, heuristic, topological_order,
             merge_nodes(g, x, best[2])
             continue
         # heuristic elimination of the largest-degree unmarked node
-        if on_heuristic is not None:
-            on_heuristic(g, marker)
-            on_heuristic = None
+        first_heuristic()
         z = None
         while maxdeg:
             nd, y = heapq.heappop(maxdeg)

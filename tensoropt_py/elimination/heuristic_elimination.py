@@ -5,6 +5,12 @@ After fixing ``o_i`` to config ``k*``, every neighbour ``o_j`` absorbs the edge:
 ``F(o_i, k*)``. This is the only inexact step: strategies with another config of ``o_i``
 are lost, but every remaining point is still an achievable strategy.
 
+A step whose estimated work exceeds the run's cap (``track(max_step_work=...)``) is made
+affordable by :func:`shrink_costly`: the node keeps only its best configs
+(:func:`rank_configs`), as many as fit the cap, and is then eliminated exactly on them; only
+when fewer than a tenth of its configs would fit is its config fixed as above. Either way
+strategies are lost (those with a dropped config) and every remaining point stays achievable.
+
 Heuristics for ``k*`` (:func:`choose_config`):
 
 * ``"min_memory"``: the config whose own frontier has the smallest memory (ties: smaller
@@ -18,7 +24,11 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["fix_node", "fix_costly", "choose_config", "HEURISTICS"]
+from .elements import WEdge
+from .node_elimination import elimination_work
+
+__all__ = ["fix_node", "shrink_costly", "choose_config", "rank_configs", "restrict_node", "HEURISTICS",
+           "MIN_KEPT_SHARE"]
 
 
 def _finite_mean(x):
@@ -28,6 +38,10 @@ def _finite_mean(x):
     return float(x.mean()) if x.size else 0.0
 
 HEURISTICS = ("min_memory", "weighted")
+MIN_KEPT_SHARE = 0.1
+"""A step over the work cap keeps the configs that fit when they are at least this share of
+the node's; with fewer, restricting would pay the whole cap for little choice, and the
+config is fixed instead (nearly free)."""
 
 
 def _cell_first(tab):
@@ -127,9 +141,106 @@ def fix_node(g, i, k):
     g.stats["heuristic"] += 1
 
 
-def fix_costly(g, i, heuristic):
-    """Heuristic elimination of node ``i`` in place of a node elimination or fold that would
-    cost more than the run allows (``track(max_step_work=...)``); counted as heuristic and
-    in ``g.stats["work_capped"]``."""
-    fix_node(g, i, choose_config(g, i, heuristic))
+def _cell_min(tab, lam):
+    """Per cell: the least ``time + lam * memory`` of its points (``lam = inf``: the least
+    memory); +inf for empty cells."""
+    starts = tab.offsets[:-1]
+    nonempty = tab.offsets[1:] > starts
+    out = np.full(starts.shape[0], np.inf)
+    if nonempty.any():
+        if np.isinf(lam):
+            value = tab.mem
+        else:  # lam = 0 leaves memory out (0 * inf would be nan for a forbidden point)
+            value = tab.time + lam * tab.mem if lam > 0 else tab.time
+        out[nonempty] = np.minimum.reduceat(value, starts[nonempty])
+    return out
+
+
+_RANK_WEIGHTS = 9  # weights of memory, spread over four decades around the tables' own ratio
+
+
+def rank_configs(g, i):
+    """The configs of node ``i``, best first.
+
+    For each weight ``lam`` of memory (none, a range around the ratio of the node's and its
+    edges' mean time to mean memory, and memory alone), a config is scored by the least
+    ``time + lam * memory`` it brings: that of its own frontier plus, for every incident edge,
+    that of its cheapest cell towards the neighbour (a lower bound of its share of any
+    strategy's cost). A config ranks by its best place over the weights (ties: the sum of its
+    places), so that a cut keeps the best configs of every part of the trade-off.
+
+    Examples
+    --------
+    >>> from tensoropt_py.elimination.table import Context
+    >>> from tensoropt_py.elimination.working_graph import WGraph
+    >>> ctx = Context()
+    >>> g = WGraph(ctx)
+    >>> costs = np.array([[3.0, 1.0], [1.0, 3.0], [2.0, 2.0], [3.0, 3.0]])  # (memory, time)
+    >>> g.add_node(0, 4, [(ctx.node_leaf(0, costs), np.arange(4))])
+    >>> rank_configs(g, 0).tolist()  # config 3 is dominated: last
+    [0, 1, 2, 3]
+    """
+    node = g.nodes[i]
+    K = node.K
+    parts = [(tab, cells, None) for tab, cells in node.factors]
+    for e in g.adj[i].values():
+        imap, wmap, si, sw, _ = e.view(i)
+        cells = np.arange(int(imap.max()) + 1)[:, None] * si + np.unique(wmap)[None, :] * sw
+        parts.append((e.table, cells, imap))
+    mean_mem = sum(_finite_mean(p[0].mem) for p in parts)
+    mean_time = sum(_finite_mean(p[0].time) for p in parts)
+    scale = mean_time / mean_mem if mean_mem > 0 and mean_time > 0 else 1.0
+    lams = [0.0, *(scale * np.geomspace(1e-2, 1e2, _RANK_WEIGHTS)), np.inf]
+    places = np.empty((len(lams), K), dtype=np.int64)
+    for r, lam in enumerate(lams):
+        score = np.zeros(K)
+        for tab, cells, imap in parts:
+            v = _cell_min(tab, lam)
+            score += v[cells] if imap is None else v[cells].min(axis=1)[imap]
+        places[r, np.lexsort((np.arange(K), score))] = np.arange(K)
+    return np.lexsort((np.arange(K), places.sum(axis=0), places.min(axis=0)))
+
+
+def restrict_node(g, i, keep):
+    """Keep only configs ``keep`` (indices among node ``i``'s current configs) of node ``i``.
+
+    The node's factors and its edges' maps are re-indexed, not copied: provenance still
+    reaches the original leaves, so unroll gives original config numbers. Edges are
+    replaced, not changed in place (a snapshot of the graph may share them)."""
+    keep = np.sort(np.asarray(keep, dtype=np.int64))
+    node = g.nodes[i]
+    node.factors = [(tab, cells[keep]) for tab, cells in node.factors]
+    node.K = int(keep.size)
+    for w, e in list(g.adj[i].items()):
+        umap, vmap = (e.umap[keep], e.vmap) if e.u == i else (e.umap, e.vmap[keep])
+        g.adj[i][w] = g.adj[w][i] = WEdge(e.u, e.v, umap, vmap, e.table, e.B)
+        g.touched.add(w)
+    g.touched.add(i)
+
+
+def shrink_costly(g, i, heuristic, max_step_work, before_fix=None):
+    """Make the elimination (or fold) of node ``i`` fit ``max_step_work`` estimated pair sums.
+
+    Node ``i`` keeps its best configs (:func:`rank_configs`), as many as the estimate allows,
+    while that is at least ``MIN_KEPT_SHARE`` of them; the caller then eliminates it exactly
+    (returns False). Otherwise its config is fixed by ``heuristic`` (:func:`fix_node`, after
+    ``before_fix()`` if given) and the node is gone (returns True). Either step is counted as
+    heuristic, in ``g.stats["work_capped"]``, and a restriction also in ``g.stats["work_restricted"]``."""
     g.stats["work_capped"] = g.stats.get("work_capped", 0) + 1
+    K0 = g.nodes[i].K
+    work = elimination_work(g, i)
+    while work > max_step_work:
+        K = g.nodes[i].K
+        k = min(K - 1, int(K * max_step_work / work))
+        if k < max(2, MIN_KEPT_SHARE * K0):
+            break
+        restrict_node(g, i, rank_configs(g, i)[:k])
+        work = elimination_work(g, i)
+    else:
+        g.stats["heuristic"] += 1
+        g.stats["work_restricted"] = g.stats.get("work_restricted", 0) + 1
+        return False
+    if before_fix is not None:
+        before_fix()
+    fix_node(g, i, choose_config(g, i, heuristic))
+    return True

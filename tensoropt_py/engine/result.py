@@ -32,7 +32,9 @@ class TrackedFrontier:
     epsilon_depth : int
         L, the largest number of epsilon-thinning steps along any derivation (0 if epsilon = 0).
     n_heuristic : int
-        Number of heuristic eliminations (0 means the frontier is exact up to epsilon).
+        Number of heuristic steps: eliminations that fix a node's config, and restrictions
+        of a node to its best configs for the work cap (0 means the frontier is exact up to
+        epsilon).
     n_branch : int
         Number of branch eliminations.
     seconds : float

@@ -6,8 +6,10 @@ Guarantees
   all strategies (one point per distinct (memory, time) pair), for both methods.
 * ``exact=False``: heuristic elimination (Eq. 7) is used only where branch elimination
   would give a node more than ``max_merged_configs`` configs, or where eliminating or
-  folding a node would take more than ``max_step_work`` estimated pair sums; the result is
-  then a subset of achievable strategies that may miss parts of the true frontier. By default
+  folding a node would take more than ``max_step_work`` estimated pair sums (such a node
+  first keeps only its best configs, as many as fit, and is fixed only where fewer than a
+  tenth would); the result is then a subset of achievable strategies that may miss parts of
+  the true frontier. By default
   (``anchors="auto"``) the exact fastest and smallest strategies (:func:`min_sum`) are
   added to any result that may be approximate, so both ends of the frontier are exact.
 * Every returned point is achievable: ``evaluate(cg, fr.choices, fr.edge_choices)``
@@ -26,8 +28,9 @@ Guarantees
   the configs of a layout class, one per layout pair, one final union); in general L is
   at most the number of union-reduces and staged products performed, plus
   ``ceil(log2(components))`` for the final products. With ``exact=True`` the reference is the
-  exact frontier of all strategies; with heuristic eliminations it is the frontier of the
-  strategies that agree with the heuristic decisions of that run. Returned points stay
+  exact frontier of all strategies; with heuristic steps it is the frontier of the
+  strategies that agree with the heuristic decisions of that run (the configs fixed, the
+  configs kept). Returned points stay
   exactly achievable (thinning only drops points), and the minimum-time point of the
   reference is always kept. The measured loss is far below the bound (see
   ``benchmarks/bench_engine.py``).
@@ -63,10 +66,13 @@ __all__ = ["TrackedFrontier", "track", "parse_epsilon", "DEFAULT_MAX_MERGED_CONF
            "HEURISTIC_CHOICES"]
 
 DEFAULT_MAX_MERGED_CONFIGS = 1024
-DEFAULT_MAX_STEP_WORK = 1e10
+DEFAULT_MAX_STEP_WORK = 1e9
 """With ``exact=False``, the most estimated pair sums one node elimination or fold may take
-(see :func:`track`): above every step of the Transformers, Llama and Mixtral of the
-benchmarks, below the costliest steps (up to 40 s each) of the zoo RNN's grid."""
+(see :func:`track`): a second or two of work. Above every step of the benchmarks' BERT,
+GPT-2, VGG16 and Transformer@8; a few steps of the Transformer@16, Llama and Mixtral pass it
+by up to 3.6x and keep at least a quarter of their configs; WideResNet's block steps (7 to
+20 s each under a cap of 1e10) keep a tenth to three quarters, and most of the zoo RNN's
+grid steps, up to 1400x over, fix their config."""
 AUTO_EPSILON = 1e-3
 """The epsilon that ``epsilon="auto"`` turns on (see :func:`track`)."""
 AUTO_EPSILON_CELL_POINTS = 1024
@@ -589,7 +595,7 @@ def track(
     epsilon: float | Literal["auto"] = "auto",
     threads: int | None = None,
     max_merged_configs: int = DEFAULT_MAX_MERGED_CONFIGS,
-    max_step_work: float = DEFAULT_MAX_STEP_WORK,
+    max_step_work: float | None = None,
     heuristic: Literal["auto", "min_memory", "weighted"] = "auto",
     anchors: Literal["auto"] | bool = "auto",
     max_memory: int | None = None,
@@ -628,12 +634,16 @@ def track(
     max_merged_configs : int
         With ``exact=False``, the largest config count a branch elimination may create
         before heuristic elimination is used instead.
-    max_step_work : float > 0
+    max_step_work : float > 0 or None
         With ``exact=False``, the most pair sums a node elimination or fold (an LDP step
-        too) is estimated to take (the node's configs, times its neighbours' configs and
-        the mean points per cell of every frontier a term sums); a costlier one fixes that
-        node's config instead (heuristic elimination, also counted in
-        ``stats["work_capped"]``). ``inf``: no limit.
+        too) is estimated to take (None: ``DEFAULT_MAX_STEP_WORK``, or no limit with
+        ``candidates``, which already keeps few configs per operator) (the node's configs, times its neighbours' configs and
+        the mean points per cell of every frontier a term sums). A costlier node keeps only
+        its best configs, as many as fit (Pareto layers of the least memory and least time
+        each brings), and is eliminated on them; where fewer than a tenth of its configs
+        would fit, its config is fixed instead (heuristic elimination). Both count as
+        heuristic steps and in ``stats["work_capped"]``, a restriction also in
+        ``stats["work_restricted"]``. ``inf``: no limit.
     heuristic : {"auto", "min_memory", "weighted"}
         Config choice of heuristic elimination; ``"auto"`` runs both when any heuristic
         elimination was needed and keeps the reduced union of the two frontiers (the
@@ -719,7 +729,9 @@ def track(
     [0, 1, 2, 3]
     """
     eps, threads = _validate(cg, method, exact, epsilon, threads, max_merged_configs, heuristic)
-    max_step_work = parse_positive(max_step_work, "max_step_work", allowed="a number > 0 (inf: no limit)")
+    if max_step_work is None:
+        max_step_work = DEFAULT_MAX_STEP_WORK if candidates is None else float("inf")
+    max_step_work = parse_positive(max_step_work, "max_step_work", allowed="a number > 0 (inf: no limit) or None")
     switch = None
     if eps == "auto":
         eps = 0.0
