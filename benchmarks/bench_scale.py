@@ -109,13 +109,17 @@ def import_causal_lm(kind, batch, seq, **config):
     return from_torch(model, kwargs={{"input_ids": ids, "labels": ids}})
 def gaps(fr, ref):
     # time lost at equal memory for every point of ref that fr covers (fr has a point of no more
-    # memory), how many it does not, and the worst gap of min(time + lam * memory)
+    # memory), how many it does not, and the worst gap of min(time + lam * memory); where fr
+    # loses more than 1%: at how many points of ref, and how far above ref's least memory
     g = np.array([fr.time[fr.memory <= m * (1 + 1e-12)].min() / t - 1 if fr.memory[0] <= m * (1 + 1e-12) else np.nan
                   for m, t in zip(ref.memory, ref.time)])
     lg = max((fr.time + l * fr.memory).min() / (ref.time + l * ref.memory).min() - 1 for l in np.geomspace(1e-13, 1e-8, 30))
     cov = g[~np.isnan(g)]
+    over = ref.memory[np.nan_to_num(g) > 0.01] / ref.memory[0] - 1
     return dict(worst_gap_pct=100 * float(cov.max()), median_gap_pct=100 * float(np.median(cov)),
-                matched=float(np.mean(cov <= 1e-12)), uncovered=int(np.isnan(g).sum()), worst_lam_gap_pct=100 * float(lg))
+                matched=float(np.mean(cov <= 1e-12)), uncovered=int(np.isnan(g).sum()), worst_lam_gap_pct=100 * float(lg),
+                points=int(g.size), over_1pct=int(over.size),
+                over_1pct_memory_pct=[100 * float(over.min()), 100 * float(over.max())] if over.size else None)
 """
 
 CASES = {

@@ -13,9 +13,8 @@ from tensoropt_py.elimination.heuristic_elimination import (
     restrict_node,
     shrink_costly,
 )
-from tensoropt_py.elimination.node_elimination import elimination_work
 from tensoropt_py.elimination.linear_chain import ChainMarker
-from tensoropt_py.elimination.node_elimination import detach, eliminate_node, fold_leaf
+from tensoropt_py.elimination.node_elimination import detach, eliminate_node, elimination_work, fold_leaf
 from tensoropt_py.engine import CostGraph, LayoutEdge, brute_force_frontier, evaluate
 from tensoropt_py.engine.ldp import ldp
 from tensoropt_py.engine.random_graphs import random_chain, random_small_dag
@@ -187,6 +186,8 @@ def test_restricting_a_node_tracks_exactly_the_strategies_of_its_kept_configs(se
     cg = _mixed_graph(seed)
     g = build_working_graph(cg)
     h = g.snapshot()  # shares the edges: restricting g must leave it whole
+    for tab in g.ctx.tables:  # as the "auto" fork does: neither copy releases what the other needs
+        tab.pinned = True
     keep = [4, 1, 2]
     restrict_node(g, 0, keep)
     assert g.nodes[0].K == 3

@@ -1,9 +1,10 @@
-"""Heuristic elimination (TensorOpt Eq. 7): fix the config of a node and remove it.
+"""Heuristic steps: fix the config of a node and remove it (TensorOpt Eq. 7), or keep only
+its best configs (the work cap).
 
 After fixing ``o_i`` to config ``k*``, every neighbour ``o_j`` absorbs the edge:
 ``F(o_j, p) <- F(o_j, p) x F(e_ij, k*, p)``, and the first neighbour also absorbs
-``F(o_i, k*)``. This is the only inexact step: strategies with another config of ``o_i``
-are lost, but every remaining point is still an achievable strategy.
+``F(o_i, k*)``. The step is inexact: strategies with another config of ``o_i`` are lost,
+but every remaining point is still an achievable strategy.
 
 A step whose estimated work exceeds the run's cap (``track(max_step_work=...)``) is made
 affordable by :func:`shrink_costly`: the node keeps only its best configs

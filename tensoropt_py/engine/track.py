@@ -636,14 +636,15 @@ def track(
         before heuristic elimination is used instead.
     max_step_work : float > 0 or None
         With ``exact=False``, the most pair sums a node elimination or fold (an LDP step
-        too) is estimated to take (None: ``DEFAULT_MAX_STEP_WORK``, or no limit with
-        ``candidates``, which already keeps few configs per operator) (the node's configs, times its neighbours' configs and
-        the mean points per cell of every frontier a term sums). A costlier node keeps only
-        its best configs, as many as fit (Pareto layers of the least memory and least time
-        each brings), and is eliminated on them; where fewer than a tenth of its configs
-        would fit, its config is fixed instead (heuristic elimination). Both count as
-        heuristic steps and in ``stats["work_capped"]``, a restriction also in
-        ``stats["work_restricted"]``. ``inf``: no limit.
+        too) is estimated to take: the node's configs, times its neighbours' configs and
+        the mean points per cell of every frontier a term sums. A costlier node keeps only
+        its best configs, as many as fit (ranked by the least ``time + lam * memory`` each
+        brings, over a range of ``lam``), and is eliminated on them; where fewer than a
+        tenth of its configs would fit, its config is fixed instead (heuristic
+        elimination). Both count as heuristic steps and in ``stats["work_capped"]``, a
+        restriction also in ``stats["work_restricted"]``. ``inf``: no limit. None (the
+        default): ``DEFAULT_MAX_STEP_WORK``, or no limit with ``candidates``, which already
+        keeps few configs per operator.
     heuristic : {"auto", "min_memory", "weighted"}
         Config choice of heuristic elimination; ``"auto"`` runs both when any heuristic
         elimination was needed and keeps the reduced union of the two frontiers (the
