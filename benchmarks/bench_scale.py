@@ -118,7 +118,7 @@ def gaps(fr, ref):
     over = ref.memory[np.nan_to_num(g) > 0.01] / ref.memory[0] - 1
     return dict(worst_gap_pct=100 * float(cov.max()), median_gap_pct=100 * float(np.median(cov)),
                 matched=float(np.mean(cov <= 1e-12)), uncovered=int(np.isnan(g).sum()), worst_lam_gap_pct=100 * float(lg),
-                points=int(g.size), over_1pct=int(over.size),
+                ref_points=int(g.size), over_1pct=int(over.size),
                 over_1pct_memory_pct=[100 * float(over.min()), 100 * float(over.max())] if over.size else None)
 """
 

@@ -7,6 +7,7 @@ from tensoropt_py.elimination.branch_elimination import merge_nodes
 from tensoropt_py.elimination.driver import simplify
 from tensoropt_py.elimination.heuristic_elimination import (
     MIN_KEPT_SHARE,
+    _layer_order,
     choose_config,
     fix_node,
     rank_configs,
@@ -224,6 +225,50 @@ def test_configs_rank_after_those_that_dominate_them_and_the_ends_come_early(see
     for end in (t, m):
         if (end == end.min()).sum() == 1 and dominated.any():
             assert place[np.argmin(end)] < place[dominated].min()
+
+
+def _pareto_layers(mem, tim):
+    """Layer of every point by repeated non-dominated sorting (brute force); a point equal to
+    one of lower index counts as dominated by it."""
+    layer = np.full(mem.size, -1)
+    depth = 0
+    while (layer < 0).any():
+        left = np.flatnonzero(layer < 0)
+        for a in left:
+            beaten = any(mem[b] <= mem[a] and tim[b] <= tim[a] and (mem[b] < mem[a] or tim[b] < tim[a] or b < a)
+                         for b in left if b != a)
+            if not beaten:
+                layer[a] = depth
+        depth += 1
+    return layer
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_ranking_keeps_the_pareto_layers_from_both_ends(seed):
+    rng = np.random.default_rng(seed)
+    K = int(rng.integers(1, 30))
+    costs = rng.integers(1, 9, size=(K, 2)).astype(float)
+    m, t = costs[:, 0], costs[:, 1]
+    layers = _layer_order(m, t)
+    layer = _pareto_layers(m, t)
+    assert sorted(layers.tolist()) == list(range(K)) and np.all(np.diff(layer[layers]) >= 0)
+    first = layers[layer[layers] == 0]
+    if first.size > 1:  # the two ends of the first layer come first
+        assert {int(first[0]), int(first[1])} == {int(np.lexsort((t, m))[0]), int(np.lexsort((m, t))[0])}
+    # the ranking takes from the layers as fast as from the weights: the first j configs by
+    # layer are among its first 2j
+    order = rank_configs(build_working_graph(CostGraph([costs], [])), 0)
+    for j in range(1, K + 1):
+        assert set(layers[:j].tolist()) <= set(order[:2 * j].tolist())
+
+
+def test_a_config_no_weight_favours_is_kept_by_its_layer():
+    # (6, 6) is on the frontier but above the line between its ends: every weight prefers an end
+    # or one of the dominated (2, 10.5) and (10.5, 2), so by weight alone it would come last;
+    # its layer brings it before one of them
+    costs = np.array([[1.0, 10.0], [10.0, 1.0], [2.0, 10.5], [10.5, 2.0], [6.0, 6.0]])
+    order = rank_configs(build_working_graph(CostGraph([costs], [])), 0).tolist()
+    assert order[:2] == [0, 1] and order.index(4) < order.index(3)
 
 
 def test_rank_configs_counts_the_cheapest_edge_cell():

@@ -167,8 +167,12 @@ def rank_configs(g, i):
     edges' mean time to mean memory, and memory alone), a config is scored by the least
     ``time + lam * memory`` it brings: that of its own frontier plus, for every incident edge,
     that of its cheapest cell towards the neighbour (a lower bound of its share of any
-    strategy's cost). A config ranks by its best place over the weights (ties: the sum of its
-    places), so that a cut keeps the best configs of every part of the trade-off.
+    strategy's cost). Two orders follow: by the best place over the weights (ties: the sum of
+    the places), and by Pareto layer of (least memory, least time) (the non-dominated configs
+    first, then the non-dominated ones of the rest, ...; within a layer from both ends
+    inwards). A config ranks by its better place in the two (ties: the worse one), so that a
+    cut keeps the best configs of every part of the trade-off, the configs of the
+    non-convex parts too (which no weight favours).
 
     Examples
     --------
@@ -192,14 +196,45 @@ def rank_configs(g, i):
     mean_time = sum(_finite_mean(p[0].time) for p in parts)
     scale = mean_time / mean_mem if mean_mem > 0 and mean_time > 0 else 1.0
     lams = [0.0, *(scale * np.geomspace(1e-2, 1e2, _RANK_WEIGHTS)), np.inf]
-    places = np.empty((len(lams), K), dtype=np.int64)
+    scores = np.zeros((len(lams), K))
     for r, lam in enumerate(lams):
-        score = np.zeros(K)
         for tab, cells, imap in parts:
             v = _cell_min(tab, lam)
-            score += v[cells] if imap is None else v[cells].min(axis=1)[imap]
-        places[r, np.lexsort((np.arange(K), score))] = np.arange(K)
-    return np.lexsort((np.arange(K), places.sum(axis=0), places.min(axis=0)))
+            scores[r] += v[cells] if imap is None else v[cells].min(axis=1)[imap]
+    places = np.empty((len(lams), K), dtype=np.int64)
+    for r in range(len(lams)):
+        places[r, np.lexsort((np.arange(K), scores[r]))] = np.arange(K)
+    by_weight = _places(np.lexsort((np.arange(K), places.sum(axis=0), places.min(axis=0))))
+    by_layer = _places(_layer_order(scores[-1], scores[0]))  # lam = inf: memory; lam = 0: time
+    return np.lexsort((np.arange(K), np.maximum(by_weight, by_layer), np.minimum(by_weight, by_layer)))
+
+
+def _places(order):
+    """The place of every item in ``order``."""
+    place = np.empty(order.size, dtype=np.int64)
+    place[order] = np.arange(order.size)
+    return place
+
+
+def _layer_order(mem, tim):
+    """Items by Pareto layer of ``(mem, tim)``, within a layer from both ends inwards (least
+    memory, least time, second least memory, ...)."""
+    K = mem.size
+    layer = np.empty(K, dtype=np.int64)
+    spread = np.empty(K, dtype=np.int64)
+    left = np.lexsort((np.arange(K), tim, mem))
+    depth = 0
+    while left.size:
+        best = np.minimum.accumulate(tim[left])
+        front = np.ones(left.size, dtype=bool)
+        front[1:] = tim[left[1:]] < best[:-1]
+        members = left[front]
+        layer[members] = depth
+        pos = np.arange(members.size)
+        spread[members] = np.minimum(2 * pos, 2 * (members.size - 1 - pos) + 1)
+        left = left[~front]
+        depth += 1
+    return np.lexsort((np.arange(K), spread, layer))
 
 
 def restrict_node(g, i, keep):

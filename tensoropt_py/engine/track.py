@@ -639,7 +639,8 @@ def track(
         too) is estimated to take: the node's configs, times its neighbours' configs and
         the mean points per cell of every frontier a term sums. A costlier node keeps only
         its best configs, as many as fit (ranked by the least ``time + lam * memory`` each
-        brings, over a range of ``lam``), and is eliminated on them; where fewer than a
+        brings over a range of ``lam``, interleaved with their Pareto layers), and is
+        eliminated on them; where fewer than a
         tenth of its configs would fit, its config is fixed instead (heuristic
         elimination). Both count as heuristic steps and in ``stats["work_capped"]``, a
         restriction also in ``stats["work_restricted"]``. ``inf``: no limit. None (the
