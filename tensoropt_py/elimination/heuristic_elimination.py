@@ -62,15 +62,22 @@ def _cell_last_time(tab):
     return tab.time[ends[nonempty] - 1]
 
 
-def _cell_min_score(tab, ms, ts):
-    """Per cell: min over its points of ``m/ms + t/ts``; +inf for empty cells."""
+def _cell_least(tab, value):
+    """Per cell of ``tab``: the least of ``value`` (one entry per point); +inf for empty cells."""
     starts = tab.offsets[:-1]
     nonempty = tab.offsets[1:] > starts
     out = np.full(starts.shape[0], np.inf)
     if nonempty.any():
-        score = tab.mem / ms + tab.time / ts
-        out[nonempty] = np.minimum.reduceat(score, starts[nonempty])
+        out[nonempty] = np.minimum.reduceat(value, starts[nonempty])
     return out
+
+
+def _best_towards(e, i, per_cell):
+    """Per config of node ``i``: the least of ``per_cell`` (one entry per cell of edge ``e``)
+    over the cells towards any config of the neighbour."""
+    imap, wmap, si, sw, _ = e.view(i)
+    cells = np.arange(int(imap.max()) + 1)[:, None] * si + np.unique(wmap)[None, :] * sw
+    return per_cell[cells].min(axis=1)[imap]
 
 
 def choose_config(g, i, heuristic):
@@ -88,23 +95,19 @@ def choose_config(g, i, heuristic):
     # weighted: scales from the node and its edges
     ms = [_finite_mean(mem)]
     ts = [_finite_mean(tim)]
-    edge_views = []
-    for w, e in sorted(g.adj[i].items()):
+    edges = [e for _, e in sorted(g.adj[i].items())]
+    for e in edges:
         imap, wmap, si, sw, _ = e.view(i)
         em, et = _cell_first(e.table)
         ms.append(_finite_mean(em[np.unique(imap)[:, None] * si + np.unique(wmap)[None, :] * sw]))
         ts.append(_finite_mean(_cell_last_time(e.table)))
-        edge_views.append((imap, wmap, si, sw, e.table))
     Ms = max(float(np.sum(ms)), 1e-300)
     Ts = max(float(np.sum(ts)), 1e-300)
     score = np.zeros(node.K)
     for tab, cells in node.factors:
-        score += _cell_min_score(tab, Ms, Ts)[cells]
-    for imap, wmap, si, sw, tab in edge_views:
-        cs = _cell_min_score(tab, Ms, Ts)
-        wcls = np.unique(wmap)
-        # best edge cell towards any neighbour config, per config of i
-        score += cs[imap[:, None] * si + wcls[None, :] * sw].min(axis=1)
+        score += _cell_least(tab, tab.mem / Ms + tab.time / Ts)[cells]
+    for e in edges:  # best edge cell towards any neighbour config, per config of i
+        score += _best_towards(e, i, _cell_least(e.table, e.table.mem / Ms + e.table.time / Ts))
     return int(np.lexsort((ks, score))[0])
 
 
@@ -142,19 +145,12 @@ def fix_node(g, i, k):
     g.stats["heuristic"] += 1
 
 
-def _cell_min(tab, lam):
-    """Per cell: the least ``time + lam * memory`` of its points (``lam = inf``: the least
-    memory); +inf for empty cells."""
-    starts = tab.offsets[:-1]
-    nonempty = tab.offsets[1:] > starts
-    out = np.full(starts.shape[0], np.inf)
-    if nonempty.any():
-        if np.isinf(lam):
-            value = tab.mem
-        else:  # lam = 0 leaves memory out (0 * inf would be nan for a forbidden point)
-            value = tab.time + lam * tab.mem if lam > 0 else tab.time
-        out[nonempty] = np.minimum.reduceat(value, starts[nonempty])
-    return out
+def _weighted(tab, lam):
+    """``time + lam * memory`` of every point of ``tab`` (``lam = inf``: memory; ``lam = 0``:
+    time, as 0 * inf would be nan for a forbidden point)."""
+    if np.isinf(lam):
+        return tab.mem
+    return tab.time + lam * tab.mem if lam > 0 else tab.time
 
 
 _RANK_WEIGHTS = 9  # weights of memory, spread over four decades around the tables' own ratio
@@ -187,20 +183,18 @@ def rank_configs(g, i):
     """
     node = g.nodes[i]
     K = node.K
-    parts = [(tab, cells, None) for tab, cells in node.factors]
-    for e in g.adj[i].values():
-        imap, wmap, si, sw, _ = e.view(i)
-        cells = np.arange(int(imap.max()) + 1)[:, None] * si + np.unique(wmap)[None, :] * sw
-        parts.append((e.table, cells, imap))
-    mean_mem = sum(_finite_mean(p[0].mem) for p in parts)
-    mean_time = sum(_finite_mean(p[0].time) for p in parts)
+    edges = list(g.adj[i].values())
+    tables = node.tables() + [e.table for e in edges]
+    mean_mem = sum(_finite_mean(t.mem) for t in tables)
+    mean_time = sum(_finite_mean(t.time) for t in tables)
     scale = mean_time / mean_mem if mean_mem > 0 and mean_time > 0 else 1.0
     lams = [0.0, *(scale * np.geomspace(1e-2, 1e2, _RANK_WEIGHTS)), np.inf]
     scores = np.zeros((len(lams), K))
     for r, lam in enumerate(lams):
-        for tab, cells, imap in parts:
-            v = _cell_min(tab, lam)
-            scores[r] += v[cells] if imap is None else v[cells].min(axis=1)[imap]
+        for tab, cells in node.factors:
+            scores[r] += _cell_least(tab, _weighted(tab, lam))[cells]
+        for e in edges:
+            scores[r] += _best_towards(e, i, _cell_least(e.table, _weighted(e.table, lam)))
     places = np.empty((len(lams), K), dtype=np.int64)
     for r in range(len(lams)):
         places[r, np.lexsort((np.arange(K), scores[r]))] = np.arange(K)
