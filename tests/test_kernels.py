@@ -145,6 +145,35 @@ def test_many_lists_that_all_survive(seed):
             assert np.array_equal(g, e)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_lists_searched_on_from_the_last_one_agree(seed):
+    # a long staircase first, then terms of many shifted copies of long frontiers, starting at
+    # rising memories (the search gallops on from the last list's) and now and then adding
+    # points (the staircase changes: the next search starts afresh)
+    rng = np.random.default_rng(seed)
+
+    def curve(n, lift):
+        m = np.cumsum(rng.uniform(0.5, 1.5, n))
+        return m, 1000.0 / m + lift * rng.uniform(0.0, 1.0, n).cumsum()[::-1] / n
+
+    cells = [curve(int(rng.integers(100, 300)), lift) for lift in (0.0, 0.5, 1.0, 3.0)]
+    frontiers = [reduce(np.stack(c, axis=1)) for c in cells]
+    long_tab = (np.concatenate([[0], np.cumsum([f.shape[0] for f in frontiers])]),
+                np.concatenate([f[:, 0] for f in frontiers]), np.concatenate([f[:, 1] for f in frontiers]))
+    shifts = reduce(np.stack([np.sort(rng.uniform(0, 40, 40)), np.sort(rng.uniform(0, 0.5, 40))[::-1]], axis=1))
+    shift_tab = (np.array([0, 1, 1 + shifts.shape[0]]), np.concatenate([[0.0], shifts[:, 0]]),
+                 np.concatenate([[0.0], shifts[:, 1]]))
+    # three cells: each starts a staircase of its own (the last search of the cell before
+    # says nothing about it)
+    term_off = np.array([0, 5, 7, 9])
+    cells = np.array([[0, 0], [1, 1], [2, 1], [3, 1], [1, 0], [3, 0], [0, 1], [1, 1], [0, 0]])
+    exp = combine_reference([long_tab, shift_tab], term_off, cells)
+    for merge in ("auto", "heap", "staircase"):
+        got = combine_ragged([long_tab, shift_tab], term_off, cells, merge=merge)
+        for g, e in zip(got, exp):
+            assert np.array_equal(g, e)
+
+
 def test_shifted_memories_that_round_together_keep_the_faster_point():
     # 1 + (1 + 2**-52) rounds to 2.0: the shifted frontier has two points of equal memory
     base = (np.array([0, 2]), np.array([1.0, 1.0 + 2.0**-52]), np.array([2.0, 1.0]))
