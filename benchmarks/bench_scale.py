@@ -14,6 +14,11 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   anchors at epsilon 1e-3, 3e-3 and 1e-2 (seconds, points, proven bound, product terms and
   points combined), and the configs the relaxation bounds prove useless given its default
   frontier (run ``transformer16_track`` first) for 12, 24 and 48 weights;
+* ``transformer16_terms``: how the terms of that case's costliest combine end (100 sampled
+  output cells against their exact frontiers): how many add nothing to their cell, how many of
+  those the kernel's test of the ideal corner would skip, and how many lower bounds of ``time +
+  lam * memory`` for 4 or 16 weights would; and how many of the cells' frontier points lie on
+  their lower convex hull (the only ones a weighted sum can find);
 * ``threads``: ``track`` on the Transformer at ``--thread-devices`` devices with
   ``threads=1, 2, ...`` (``--threads``), epsilon 1e-3 without anchors, and with default settings
   (seconds, speedup over the first count, and the seconds of the exact start given up and of
@@ -71,7 +76,7 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   ``min_sum``) its gap to the relaxation lower bound after descent (``end_gaps``), with the
   points the descents added and the largest fall of min(time + lam * memory) they gave.
 
-Usage: python benchmarks/bench_scale.py [--cases transformer16_track transformer16_limits fastest threads cyclic interval_peak iopddl
+Usage: python benchmarks/bench_scale.py [--cases transformer16_track transformer16_limits transformer16_terms fastest threads cyclic interval_peak iopddl
        candidates candidates_full mesh_loss paper16 llama mixtral] [--timeout 600] [--threads 1 2] [--thread-devices 8] [--max-memory 4e9]
        [--candidate-graphs 1x16] [--paper-models wide_resnet rnn] [--paper-uncapped] [--llama-devices 32 64]
        [--llama-layers 32] [--llama-loss]
@@ -164,6 +169,70 @@ for n in (12, 24, 48):
     drop = screen_out(rb, d["memory"], d["time"])
     out(case="screen", weights=n, bounds_seconds=s, configs=int(sum(cg.n_configs)),
         proven_useless=int(sum(int(x.sum()) for x in drop)))
+""",
+    "transformer16_terms": r"""
+# how the terms of the default run's costliest combine end: sampled output cells, every term
+# (a product of one cell of each parent) against the exact frontier of its output cell
+import tensoropt_py.elimination.table as tab_mod
+from tensoropt_py.engine.algebra import frontier_indices
+cg = build_cost_graph(zoo.transformer(), to.Cluster.preset("v100-2x8"), 16).cost_graph
+costliest = [0.0, None]
+run_kernel = tab_mod.run_kernel
+def timed(*args, **kw):
+    t0 = time.perf_counter(); res = run_kernel(*args, **kw); s = time.perf_counter() - t0
+    if s > costliest[0] and kw.get("outer") is not None:
+        costliest[:] = [s, (args, kw["outer"])]
+    return res
+tab_mod.run_kernel = timed
+track(cg, threads=1)
+tab_mod.run_kernel = run_kernel
+(offs, mems, tims, *_), (row, col) = costliest[1]
+S, n_out, U = len(offs), row.shape[1], col.shape[1]
+def dominated(fm, ft, m, t):
+    i = np.searchsorted(fm, m, side="right") - 1
+    return (i >= 0) & (ft[np.maximum(i, 0)] <= t)
+lam_scale = np.median(np.concatenate(tims)) / np.median(np.concatenate(mems))
+weights = {{n: lam_scale * np.geomspace(1e-2, 1e2, n) for n in (4, 16)}}
+counts = dict(terms=0, dominated=0, by_corner=0, **{{f"by_{{n}}_weights": 0 for n in weights}})
+hull = points = 0
+for c in np.random.default_rng(0).choice(n_out, min(n_out, 100), replace=False):
+    cells = [[(offs[s][row[s, c] + col[s, u]], offs[s][row[s, c] + col[s, u] + 1]) for s in range(S)] for u in range(U)]
+    prods = []
+    for term in cells:
+        m, t = np.zeros(1), np.zeros(1)
+        for s, (lo, hi) in enumerate(term):
+            m = (m[:, None] + mems[s][lo:hi][None, :]).ravel(); t = (t[:, None] + tims[s][lo:hi][None, :]).ravel()
+        prods.append((m, t, term))
+    allm = np.concatenate([p[0] for p in prods]); allt = np.concatenate([p[1] for p in prods])
+    keep = frontier_indices(allm, allt)
+    fm, ft = allm[keep], allt[keep]
+    kept_by = set(np.repeat(np.arange(U), [p[0].size for p in prods])[keep].tolist())  # terms with a frontier point
+    # points on the lower convex hull of the cell's frontier (found by some weighted sum)
+    h = []
+    for q in zip(fm, ft):
+        while len(h) >= 2 and (h[-1][0] - h[-2][0]) * (q[1] - h[-2][1]) - (h[-1][1] - h[-2][1]) * (q[0] - h[-2][0]) <= 0:
+            h.pop()
+        h.append(q)
+    hull += len(h); points += fm.size
+    # the frontier's outer corners: where a point must go to be kept
+    cm = np.concatenate([fm, [np.inf]]); ct = np.concatenate([[np.inf], ft])
+    for u, (m, t, term) in enumerate(prods):
+        counts["terms"] += 1
+        if u in kept_by:
+            continue
+        counts["dominated"] += 1  # the term adds nothing to its cell's frontier
+        corner_m, corner_t = m.min(), t.min()
+        if dominated(fm, ft, corner_m, corner_t):
+            counts["by_corner"] += 1
+            continue
+        rel = (cm > corner_m) & (ct > corner_t)
+        for n, lams in weights.items():
+            bound = np.array([sum(float((tims[s][lo:hi] + lam * mems[s][lo:hi]).min()) for s, (lo, hi) in enumerate(term))
+                              for lam in lams])
+            if (np.max(bound[None, :] - lams[None, :] * cm[rel][:, None], axis=1) >= ct[rel]).all():
+                counts[f"by_{{n}}_weights"] += 1
+out(case="terms", combine_seconds=costliest[0], cells=n_out, terms_per_cell=U, slots=S, sampled_cells=min(n_out, 100),
+    **counts, frontier_points=points, on_convex_hull=hull)
 """,
     "threads": r"""
 cg = build_cost_graph(zoo.transformer(), to.Cluster.preset("v100-2x8"), {devices}).cost_graph
