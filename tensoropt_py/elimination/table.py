@@ -144,8 +144,9 @@ class Context:
     ``cell_points`` points turns thinning on with that epsilon for every later combine
     (earlier tables stay exact; the depth of every table counts only the thinned steps
     behind it, so the bound ``(1 + epsilon) ** depth`` holds for the mixed run), and a
-    combine that brings the exact terms combined past ``max_terms`` raises
-    :class:`ExactBudgetSpent` (the caller starts over, thinned from the first step).
+    combine that would bring the exact terms combined past ``max_terms`` raises
+    :class:`ExactBudgetSpent` before it runs, with its number and the terms it would have
+    reached (the caller starts over, thinned from the first step).
     """
 
     def __init__(self, epsilon=0.0, threads=1, max_bytes=None, switch=None):
@@ -414,14 +415,16 @@ class Context:
             hit = self._memo_hit(key, parents, depth)
             if hit is not None:
                 return hit
+        switching = self.switch is not None and self.epsilon == 0.0 and n_out
+        if switching and self.stats["terms"] + int(term_off[-1]) > self.switch[2]:
+            # refused before it runs: the run starts over anyway
+            raise ExactBudgetSpent(self.stats["combines"] + 1, self.stats["terms"] + int(term_off[-1]))
         off, m, t, prov = self._run_kernel(parents, term_off, term_cells, eps, outer)
         self.stats["combines"] += 1
         self.stats["terms"] += int(term_off[-1])
         self.stats["points"] += int(off[-1])
-        if self.switch is not None and self.epsilon == 0.0 and n_out:
-            switch_eps, cell_points, max_terms = self.switch
-            if self.stats["terms"] > max_terms:
-                raise ExactBudgetSpent(self.stats["combines"], self.stats["terms"])
+        if switching:
+            switch_eps, cell_points, _ = self.switch
             if int(np.diff(off).max()) > cell_points:
                 self.epsilon = float(switch_eps)
                 self.stats["epsilon_from_combine"] = self.stats["combines"]

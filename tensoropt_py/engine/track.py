@@ -39,7 +39,7 @@ Guarantees
   the next combine on; the guarantee above holds with that epsilon, since L counts only the
   thinning steps that used it (``fr.epsilon`` is 0 when it never turned on). On a graph
   that repeats its layers (``AUTO_REPEATS`` edges or more per distinct edge cost array),
-  when the exact steps alone pass ``AUTO_EXACT_TERMS`` product terms, the run starts over
+  when the exact steps alone would pass ``AUTO_EXACT_TERMS`` product terms, the run starts over
   with ``AUTO_EPSILON`` from its first step: the repeated layers are then all tracked
   alike, so each distinct one is computed once (a switch after the first layer would have
   its exact version and its thinned version both computed).
@@ -625,9 +625,10 @@ def track(
         the run reports the epsilon it ended with (``fr.epsilon``), the depth L counts only
         the thinned steps, and ``stats["epsilon_from_combine"]`` says where thinning began.
         On a graph that repeats its layers (``AUTO_REPEATS``: 3 or more edges per distinct
-        edge cost array), when the exact steps pass ``AUTO_EXACT_TERMS`` (3e7) product terms,
-        the run starts over thinned from its first step (``stats["auto_exact_attempt"]``:
-        the combines, terms and seconds given up).
+        edge cost array), when the exact steps would pass ``AUTO_EXACT_TERMS`` (3e7) product
+        terms, the run starts over thinned from its first step (``stats["auto_exact_attempt"]``:
+        the combine that would have passed them, which is not run, the terms with it, and the
+        seconds given up).
     threads : int or None
         Worker threads for the per-config work, and exact optima solved at once (None = all
         cores). The result does not depend on it.
