@@ -289,6 +289,27 @@ def test_rank_configs_puts_forbidden_configs_last():
     assert order.tolist()[0] == 0 and set(order.tolist()[1:]) == {1, 2, 3}
 
 
+def test_nodes_of_the_same_content_are_ranked_once():
+    # nodes 0 and 2 (and their edges to 1 and 3) have the same costs; node 4 has node 0's own
+    # costs but another edge: its ranking is its own (and differs)
+    rng = np.random.default_rng(5)
+    costs, other = rng.integers(1, 9, size=(12, 2)).astype(float), rng.integers(1, 9, size=(4, 2)).astype(float)
+    edge, edge2 = rng.integers(0, 5, size=(12, 4, 1, 2)).astype(float), rng.integers(0, 5, size=(12, 4, 1, 2)).astype(float)
+    cg = CostGraph([costs, other, costs, other, costs, other],
+                   [(0, 1, edge), (2, 3, edge), (4, 5, edge2)])
+    g = build_working_graph(cg)
+    first = rank_configs(g, 0)
+    first[:] = -1  # the caller's copy: the cached ranking is untouched
+    assert len(g.rank_cache) == 1
+    again = rank_configs(g, 2)
+    assert len(g.rank_cache) == 1
+    alone = build_working_graph(CostGraph([costs, other], [(0, 1, edge)]))
+    np.testing.assert_array_equal(again, rank_configs(alone, 0))
+    own = rank_configs(g, 4)
+    assert len(g.rank_cache) == 2 and not np.array_equal(own, again)
+    np.testing.assert_array_equal(own, rank_configs(build_working_graph(CostGraph([costs, other], [(0, 1, edge2)])), 0))
+
+
 def test_a_costly_step_keeps_the_best_configs_that_fit_or_fixes_the_node():
     cg = _mixed_graph(0)
     g = build_working_graph(cg)

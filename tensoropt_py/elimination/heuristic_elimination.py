@@ -27,6 +27,7 @@ import numpy as np
 
 from .elements import WEdge
 from .node_elimination import elimination_work
+from .table import digest_arrays
 
 __all__ = ["fix_node", "shrink_costly", "choose_config", "rank_configs", "restrict_node", "HEURISTICS",
            "MIN_KEPT_SHARE"]
@@ -168,7 +169,9 @@ def rank_configs(g, i):
     first, then the non-dominated ones of the rest, ...; within a layer from both ends
     inwards). A config ranks by its better place in the two (ties: the worse one), so that a
     cut keeps the best configs of every part of the trade-off, the configs of the
-    non-convex parts too (which no weight favours).
+    non-convex parts too (which no weight favours). A node of the same content as one ranked
+    before (the same tables, cells and maps, as repeated layers give) gets its ranking from
+    ``g.rank_cache``.
 
     Examples
     --------
@@ -184,6 +187,13 @@ def rank_configs(g, i):
     node = g.nodes[i]
     K = node.K
     edges = list(g.adj[i].values())
+    views = [e.view(i)[:4] for e in edges]
+    key = b"".join([t.digest() for t in node.tables()] + [e.table.digest() for e in edges]
+                   + [digest_arrays(*node.cells(np.arange(K)), *(np.array(v[2:]) for v in views),
+                                    *(a for v in views for a in v[:2]))])
+    hit = g.rank_cache.get(key)
+    if hit is not None:
+        return hit.copy()
     tables = node.tables() + [e.table for e in edges]
     mean_mem = sum(_finite_mean(t.mem) for t in tables)
     mean_time = sum(_finite_mean(t.time) for t in tables)
@@ -200,7 +210,9 @@ def rank_configs(g, i):
         places[r, np.lexsort((np.arange(K), scores[r]))] = np.arange(K)
     by_weight = _places(np.lexsort((np.arange(K), places.sum(axis=0), places.min(axis=0))))
     by_layer = _places(_layer_order(scores[-1], scores[0]))  # lam = inf: memory; lam = 0: time
-    return np.lexsort((np.arange(K), np.maximum(by_weight, by_layer), np.minimum(by_weight, by_layer)))
+    order = np.lexsort((np.arange(K), np.maximum(by_weight, by_layer), np.minimum(by_weight, by_layer)))
+    g.rank_cache[key] = order
+    return order.copy()
 
 
 def _places(order):

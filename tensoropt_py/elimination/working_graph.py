@@ -32,6 +32,7 @@ class WGraph:
         self.detached = []
         self.touched: set[int] = set()
         self.stats = {"node": 0, "leaf": 0, "edge": 0, "branch": 0, "heuristic": 0, "detach": 0}
+        self.rank_cache = {}  # config rankings by the content they depend on (shared by snapshots)
 
     def snapshot(self):
         """An independent copy of the graph state (tables are shared, not copied; the
@@ -42,6 +43,7 @@ class WGraph:
         h.detached = list(self.detached)
         h.touched = set(self.touched)
         h.stats = dict(self.stats)
+        h.rank_cache = self.rank_cache
         return h
 
     def add_node(self, i, K, factors):
