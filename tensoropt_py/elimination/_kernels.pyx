@@ -120,8 +120,8 @@ cdef struct Buf:
     int err
     i64* used  # bytes of buffers held by every worker of the call (shared)
     i64 budget  # most bytes they may hold together; -1: no limit
-    i64 hint_lo  # the staircase points of memory <= hint_m (-1: none since it last changed)
-    double hint_m
+    i64 hint_lo  # at least this many staircase points have memory <= hint_m (-1: no search yet in the cell)
+    double hint_m  # the first memory of the list searched last
     bint over  # a growth was refused for the budget
     i64 wanted  # the bytes the workers would have held with it
 

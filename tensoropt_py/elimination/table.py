@@ -54,10 +54,10 @@ def digest_arrays(*arrays):
 
 
 class ExactBudgetSpent(Exception):
-    """An exact run passed the terms allowed by its ``Context.switch`` (internal signal)."""
+    """An exact run would pass the terms allowed by its ``Context.switch`` (internal signal)."""
 
     def __init__(self, combines, terms):
-        super().__init__(f"exact tracking passed {terms} terms at combine {combines}")
+        super().__init__(f"exact tracking would pass {terms} terms at combine {combines}")
         self.combines = combines
         self.terms = terms
 
