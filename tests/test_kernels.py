@@ -149,15 +149,15 @@ def test_many_lists_that_all_survive(seed):
 def test_lists_searched_on_from_the_last_one_agree(seed):
     # a long staircase first, then terms of many shifted copies of long frontiers, starting at
     # rising memories (the search gallops on from the last list's) and now and then adding
-    # points (the staircase changes: the next search starts afresh)
+    # points (a merge leaves the last search's count a lower bound)
     rng = np.random.default_rng(seed)
 
     def curve(n, lift):
         m = np.cumsum(rng.uniform(0.5, 1.5, n))
         return m, 1000.0 / m + lift * rng.uniform(0.0, 1.0, n).cumsum()[::-1] / n
 
-    cells = [curve(int(rng.integers(100, 300)), lift) for lift in (0.0, 0.5, 1.0, 3.0)]
-    frontiers = [reduce(np.stack(c, axis=1)) for c in cells]
+    curves = [curve(int(rng.integers(100, 300)), lift) for lift in (0.0, 0.5, 1.0, 3.0)]
+    frontiers = [reduce(np.stack(c, axis=1)) for c in curves]
     long_tab = (np.concatenate([[0], np.cumsum([f.shape[0] for f in frontiers])]),
                 np.concatenate([f[:, 0] for f in frontiers]), np.concatenate([f[:, 1] for f in frontiers]))
     shifts = reduce(np.stack([np.sort(rng.uniform(0, 40, 40)), np.sort(rng.uniform(0, 0.5, 40))[::-1]], axis=1))
