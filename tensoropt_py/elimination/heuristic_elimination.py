@@ -187,14 +187,14 @@ def rank_configs(g, i):
     node = g.nodes[i]
     K = node.K
     edges = list(g.adj[i].values())
+    tables = node.tables() + [e.table for e in edges]
     views = [e.view(i)[:4] for e in edges]
-    key = b"".join([t.digest() for t in node.tables()] + [e.table.digest() for e in edges]
+    key = b"".join([t.digest() for t in tables]
                    + [digest_arrays(*node.cells(np.arange(K)), *(np.array(v[2:]) for v in views),
                                     *(a for v in views for a in v[:2]))])
     hit = g.rank_cache.get(key)
     if hit is not None:
         return hit.copy()
-    tables = node.tables() + [e.table for e in edges]
     mean_mem = sum(_finite_mean(t.mem) for t in tables)
     mean_time = sum(_finite_mean(t.time) for t in tables)
     scale = mean_time / mean_mem if mean_mem > 0 and mean_time > 0 else 1.0
