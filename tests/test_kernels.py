@@ -174,6 +174,50 @@ def test_lists_searched_on_from_the_last_one_agree(seed):
             assert np.array_equal(g, e)
 
 
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("integer", [False, True])
+def test_cells_of_many_close_terms_agree(seed, integer):
+    # the costly cells of a node elimination: dozens of terms per cell, each a frontier of
+    # 15-30 points times one of 5-10, their sums running just above one another (the kernel
+    # filters such cells by memory buckets of their staircase); integer costs tie often
+    rng = np.random.default_rng(seed)
+
+    def table(n_cells, lo, hi, spread):
+        offs, ms, ts = [0], [], []
+        for _ in range(n_cells):
+            n = int(rng.integers(lo, hi + 1))
+            m = np.cumsum(rng.uniform(0.5, 1.5, n)) + rng.uniform(0, spread)
+            t = 100.0 / m + rng.uniform(0, 0.02 * spread)
+            if integer:
+                m, t = np.round(m * 4), np.round(t * 40)
+            f = reduce(np.stack([m, t], axis=1))
+            ms.extend(f[:, 0])
+            ts.extend(f[:, 1])
+            offs.append(len(ms))
+        return np.array(offs), np.array(ms), np.array(ts)
+
+    U, n_out = 48, 5
+    tables = [table(n_out * U, 15, 30, 3.0), table(U, 1, 1, 1.0), table(U * 2, 5, 10, 2.0)]
+    row = np.stack([np.arange(n_out) * U, np.zeros(n_out, dtype=np.int64), np.arange(n_out) % 2])
+    col = np.stack([np.arange(U), np.arange(U), np.arange(U) * 2])
+    term_off = np.arange(n_out + 1) * U
+    cells = (row.T[:, None, :] + col.T[None, :, :]).reshape(n_out * U, 3)
+    exp = combine_reference(tables, term_off, cells)
+    assert min(np.diff(exp[0])) > 5  # the cells' frontiers come from many terms
+    for merge in ("auto", "staircase"):
+        for got in (combine_outer(tables, row, col, merge=merge), combine_ragged(tables, term_off, cells, merge=merge)):
+            for g, e in zip(got, exp):
+                assert np.array_equal(g, e)
+    # a cell whose staircase passes the limit goes on with the heap merge, without the lists
+    # the filter dropped before
+    from tensoropt_py.elimination.kernels import run_kernel
+
+    got = run_kernel(*(list(t) for t in zip(*tables)), term_off, None, 0.0, 1, stair_limit=int(np.median(np.diff(exp[0]))),
+                     outer=(row, col))
+    for g, e in zip(got, exp):
+        assert np.array_equal(g, e)
+
+
 def test_shifted_memories_that_round_together_keep_the_faster_point():
     # 1 + (1 + 2**-52) rounds to 2.0: the shifted frontier has two points of equal memory
     base = (np.array([0, 2]), np.array([1.0, 1.0 + 2.0**-52]), np.array([2.0, 1.0]))
