@@ -178,16 +178,18 @@ def test_lists_searched_on_from_the_last_one_agree(seed):
 @pytest.mark.parametrize("integer", [False, True])
 def test_cells_of_many_close_terms_agree(seed, integer):
     # the costly cells of a node elimination: dozens of terms per cell, each a frontier of
-    # 15-30 points times one of 5-10, their sums running just above one another (the kernel
-    # filters such cells by memory buckets of their staircase); integer costs tie often
+    # 15-30 points times one of 5-10, their sums running close to one another and crossing
+    # (the kernel filters such cells by memory buckets of their staircase); integer costs tie
+    # often
     rng = np.random.default_rng(seed)
 
     def table(n_cells, lo, hi, spread):
         offs, ms, ts = [0], [], []
         for _ in range(n_cells):
             n = int(rng.integers(lo, hi + 1))
+            # curves of several slopes: a list may start dominated and win further on
             m = np.cumsum(rng.uniform(0.5, 1.5, n)) + rng.uniform(0, spread)
-            t = 100.0 / m + rng.uniform(0, 0.02 * spread)
+            t = rng.uniform(60.0, 140.0) / m + rng.uniform(0, 0.02 * spread)
             if integer:
                 m, t = np.round(m * 4), np.round(t * 40)
             f = reduce(np.stack([m, t], axis=1))

@@ -20,7 +20,7 @@ beat the best time found so far and gallops over dominated points. Both visit po
 (memory, time, list) order and keep a point when its time beats every earlier one, so
 they give the same points with the same provenance. In a cell of many large terms, the
 one-by-one merge first passes each list through a filter: a table of the frontier's least
-time below each of ``_FLO_N`` memory buckets (rebuilt from the frontier once the list points
+time below each of ``_BUCKETS`` memory buckets (rebuilt from the frontier once the list points
 met since pay for it) drops the points that a frontier point of a lower bucket dominates,
 which no merge order keeps. Most lists there run just above the frontier, each point against
 another step of it, and are dropped whole without being built (the default Transformer@16
@@ -57,9 +57,10 @@ cdef enum:
     MAXS = 6
     _HEAP_WORK_FACTOR = 8
     _SP_STRIDE = 4  # doubles per SP: a staircase's times are read with this stride
-    _FLO_N = 512  # memory buckets of a cell's dominance filter
-    _FLO_MIN_POINTS = 4096  # candidate points from which a cell uses the filter
-    _FLO_MIN_TERM_POINTS = 64  # ... and per term (a cell's setup reads every term once)
+    _BUCKETS = 512  # memory buckets of a cell's dominance filter
+    _FILTER_MIN_POINTS = 4096  # candidate points from which a cell uses the filter
+    _FILTER_MIN_TERM_POINTS = 64  # ... and per term (a cell's setup reads every term once)
+    _FILTER_MIN_TERMS = 32  # ... in this many terms (one term's shifted lists: the merge's gallops do better)
 
 MAX_SLOTS = MAXS
 STAIR_LIMIT = 65536
@@ -83,7 +84,7 @@ cdef struct Src:
     i64 n_rows
     i64 U
     double eps
-    bint flo_gate  # the cells hold enough candidate points on average to look at each
+    bint filter_cells  # the cells hold enough candidate points on average to look at each
 
 
 cdef struct Lst:
@@ -134,12 +135,12 @@ cdef struct Buf:
     double hint_m  # the first memory of the list searched last
     bint over  # a growth was refused for the budget
     i64 wanted  # the bytes the workers would have held with it
-    double* flo  # _FLO_N buckets: flo[k], the least staircase time in the buckets below k
-    bint fon  # the cell uses the filter
-    bint flo_stale  # the staircase has changed since flo was built (flo stays an upper bound)
-    i64 flo_credit  # list points met since flo was built: it is rebuilt once they pay for it
-    double flo_lo  # memory of bucket 0's lower edge
-    double flo_inv  # buckets per byte
+    double* below  # below[k]: the least time of the staircase points in the memory buckets below k
+    bint filter_on  # the cell uses the filter
+    bint buckets_stale  # the staircase has changed since ``below`` was built (it stays an upper bound)
+    i64 buckets_credit  # list points met since ``below`` was built: it is rebuilt once they pay for it
+    double buckets_lo  # memory of bucket 0's lower edge
+    double buckets_inv  # buckets per unit of memory
 
 
 cdef inline bint _less(HE* a, HE* b) noexcept nogil:
@@ -310,58 +311,60 @@ cdef inline i64 _append_point(SP* b, i64 k, double m, double t, i64 li, i64 pos)
     return k + 1
 
 
-cdef inline i64 _flo_index(Buf* B, double m) noexcept nogil:
+cdef inline i64 _bucket_of(Buf* B, double m) noexcept nogil:
     """Bucket of memory ``m``: non-decreasing in ``m`` (clamped), whatever the rounding, so a
     point of a lower bucket has less memory."""
-    cdef double x = (m - B.flo_lo) * B.flo_inv
+    cdef double x = (m - B.buckets_lo) * B.buckets_inv
     if x <= 0.0:
         return 0
-    if x >= _FLO_N - 1:
-        return _FLO_N - 1
+    if x >= _BUCKETS - 1:
+        return _BUCKETS - 1
     return <i64> x
 
 
-cdef void _flo_build(Buf* B, i64 n) noexcept nogil:
-    """``flo`` of staircase ``B.sa[:n]`` (times fall along it: the last point of the buckets
+cdef void _build_buckets(Buf* B, i64 n) noexcept nogil:
+    """``below`` of staircase ``B.sa[:n]`` (times fall along it: the last point of the buckets
     below ``k`` is their fastest)."""
     cdef i64 p, b, k = 0
     cdef double best = INFINITY
     for p in range(n):
-        b = _flo_index(B, B.sa[p].m)
+        b = _bucket_of(B, B.sa[p].m)
         while k <= b:
-            B.flo[k] = best
+            B.below[k] = best
             k += 1
         best = B.sa[p].t
-    while k < _FLO_N:
-        B.flo[k] = best
+    while k < _BUCKETS:
+        B.below[k] = best
         k += 1
-    B.flo_stale = False
-    B.flo_credit = 0
+    B.buckets_stale = False
+    B.buckets_credit = 0
 
 
-cdef inline i64 _flo_first_open(Buf* B, const double* bm, const double* bt, double sm, double st, i64 j,
+cdef inline i64 _first_unfiltered(Buf* B, const double* bm, const double* bt, double sm, double st, i64 j,
                                 i64 end) noexcept nogil:
     """First index from ``j`` of a list (shifted by (sm, st)) whose point is faster than every
     staircase point of a lower bucket: each point before it has a staircase point of less
     memory and no more time, so it cannot be kept, in any merge order."""
     cdef double f
     while j < end:
-        f = B.flo[_flo_index(B, bm[j] + sm)]
+        f = B.below[_bucket_of(B, bm[j] + sm)]
         if f > bt[j] + st:
             return j
-        # the points after it of time >= f lie in its bucket or above, where flo <= f
+        # the points after it of time >= f lie in its bucket or above, where below <= f
         j = _first_faster(bt, 1, st, j + 1, end, f)
     return end
 
 
-cdef inline i64 _flo_open(Buf* B, i64 n, const double* bm, const double* bt, double sm, double st, i64 j,
+cdef inline i64 _filtered_from(Buf* B, i64 n, const double* bm, const double* bt, double sm, double st, i64 j,
                           i64 end) noexcept nogil:
-    """:func:`_flo_first_open` against staircase ``B.sa[:n]``, ``flo`` rebuilt first when it
+    """:func:`_first_unfiltered` against staircase ``B.sa[:n]``, ``below`` rebuilt first when it
     is stale and the list points met since it was built pay for that."""
-    B.flo_credit += end - j
-    if B.flo_stale and B.flo_credit >= _FLO_N + n:
-        _flo_build(B, n)
-    return _flo_first_open(B, bm, bt, sm, st, j, end)
+    B.buckets_credit += end - j
+    if B.buckets_stale and B.buckets_credit >= _BUCKETS + n:
+        _build_buckets(B, n)
+    if B.below[_bucket_of(B, bm[j] + sm)] <= bt[end - 1] + st:
+        return end  # its ideal corner is dominated: every point is
+    return _first_unfiltered(B, bm, bt, sm, st, j, end)
 
 
 cdef i64 _merge_into(Src* src, Buf* B, i64 n, i64 li, i64 limit, i64* work) noexcept nogil:
@@ -379,11 +382,11 @@ cdef i64 _merge_into(Src* src, Buf* B, i64 n, i64 li, i64 limit, i64* work) noex
     cdef SP* b
     cdef i64 i, j = L.pos, k, lo, hi, mid, e
     cdef double best, lm, lt
-    if B.fon:
+    if B.filter_on:
         # most lists of a costly cell run just above its frontier, each point against another
         # step of it, which the searches below would walk point by point: the filter skips the
         # points that a staircase point of a lower bucket dominates
-        j = _flo_open(B, n, bm, bt, L.sm, L.st, j, L.end)
+        j = _filtered_from(B, n, bm, bt, L.sm, L.st, j, L.end)
         if j == L.end:
             return n
     # one search: the staircase points of memory <= the list's first point's (memories in a
@@ -432,8 +435,8 @@ cdef i64 _merge_into(Src* src, Buf* B, i64 n, i64 li, i64 limit, i64* work) noex
         if lt < best:
             break
         j = _first_faster(bt, 1, L.st, j + 1, L.end, best)
-        if B.fon:
-            j = _flo_first_open(B, bm, bt, L.sm, L.st, j, L.end)
+        if B.filter_on:
+            j = _first_unfiltered(B, bm, bt, L.sm, L.st, j, L.end)
         work[0] += 2
         if j == L.end:
             return n
@@ -481,7 +484,7 @@ cdef i64 _merge_into(Src* src, Buf* B, i64 n, i64 li, i64 limit, i64* work) noex
         return -1
     B.sb = B.sa
     B.sa = b
-    B.flo_stale = True
+    B.buckets_stale = True
     return k
 
 
@@ -626,16 +629,15 @@ cdef inline const i64* _term_cells(Src* src, i64 c, i64 t, i64* ocells) noexcept
     return ocells
 
 
-cdef void _flo_start(Src* src, Buf* B, i64 c) noexcept nogil:
+cdef void _filter_start(Src* src, Buf* B, i64 c) noexcept nogil:
     """Turn the dominance filter on for cell ``c`` (empty, its buckets spanning the memories of
-    its terms) when they hold at least ``_FLO_MIN_POINTS`` candidate points, and
-    ``_FLO_MIN_TERM_POINTS`` per term."""
+    its terms) when it has ``_FILTER_MIN_TERMS`` terms or more, of at least
+    ``_FILTER_MIN_POINTS`` candidate points in all and ``_FILTER_MIN_TERM_POINTS`` per term."""
     cdef i64 t, k, lo, sz, terms = src.term_off[c + 1] - src.term_off[c]
     cdef i64 ocells[MAXS]
     cdef const i64* cells
     cdef double mlo = INFINITY, mhi = -INFINITY, least, most, prod, points = 0.0
     cdef int s
-    B.fon = False
     for t in range(src.term_off[c], src.term_off[c + 1]):
         cells = _term_cells(src, c, t, ocells)
         least = 0.0
@@ -658,19 +660,20 @@ cdef void _flo_start(Src* src, Buf* B, i64 c) noexcept nogil:
                 mlo = least
             if most > mhi:
                 mhi = most
-    if points < _FLO_MIN_POINTS or points < _FLO_MIN_TERM_POINTS * terms or not mhi > mlo:
+    if (terms < _FILTER_MIN_TERMS or points < _FILTER_MIN_POINTS or points < _FILTER_MIN_TERM_POINTS * terms
+            or not mhi > mlo):
         return
-    if B.flo == NULL:
-        B.flo = <double*> malloc(_FLO_N * sizeof(double))
-        if B.flo == NULL:  # the filter only saves work: go without it
+    if B.below == NULL:
+        B.below = <double*> malloc(_BUCKETS * sizeof(double))
+        if B.below == NULL:  # the filter only saves work: go without it
             return
-    for k in range(_FLO_N):
-        B.flo[k] = INFINITY
-    B.flo_lo = mlo
-    B.flo_inv = _FLO_N / (mhi - mlo)
-    B.flo_stale = False
-    B.flo_credit = 0
-    B.fon = True
+    for k in range(_BUCKETS):
+        B.below[k] = INFINITY
+    B.buckets_lo = mlo
+    B.buckets_inv = _BUCKETS / (mhi - mlo)
+    B.buckets_stale = False
+    B.buckets_credit = 0
+    B.filter_on = True
 
 
 cdef int _process(Src* src, i64 c0, i64 c1, Buf* B, i64* counts, i64 stair_limit) noexcept nogil:
@@ -699,9 +702,9 @@ cdef int _process(Src* src, i64 c0, i64 c1, Buf* B, i64* counts, i64 stair_limit
         stair_state[1] = 0
         stair_state[2] = 0
         B.hint_lo = -1
-        B.fon = False
-        if stair and src.flo_gate:
-            _flo_start(src, B, c)
+        B.filter_on = False
+        if stair and src.filter_cells:
+            _filter_start(src, B, c)
         for t in range(src.term_off[c], src.term_off[c + 1]):
             cells = _term_cells(src, c, t, ocells)
             base = -1
@@ -758,10 +761,10 @@ cdef int _process(Src* src, i64 c0, i64 c1, Buf* B, i64* counts, i64 stair_limit
                 l.sm = sm
                 l.st = st
                 first = lo[base]
-                if B.fon and stair and stair_state[0] > 0:
+                if B.filter_on and stair and stair_state[0] > 0:
                     # a list the filter drops is never built (its points cannot be kept, in the
                     # heap merge either): the points before ``first`` are dominated
-                    first = _flo_open(B, stair_state[0], src.mem[base], src.tim[base], sm, st, first, l.end)
+                    first = _filtered_from(B, stair_state[0], src.mem[base], src.tim[base], sm, st, first, l.end)
                 if first < l.end:
                     l.pos = _settle(src.mem[base], src.tim[base], sm, st, first, l.end)
                     l.hm = src.mem[base][l.pos] + sm
@@ -911,8 +914,8 @@ cdef class _Worker:
         self.buf.budget = -1
         self.buf.over = False
         self.buf.wanted = 0
-        self.buf.flo = NULL
-        self.buf.fon = False
+        self.buf.below = NULL
+        self.buf.filter_on = False
 
     def __dealloc__(self):
         free(self.buf.lists)
@@ -924,7 +927,7 @@ cdef class _Worker:
         free(self.buf.om)
         free(self.buf.ot)
         free(self.buf.op)
-        free(self.buf.flo)
+        free(self.buf.below)
 
     def run(self):
         cdef i64* cnt = <i64*> cnp.PyArray_DATA(self.counts)
@@ -954,7 +957,7 @@ def _filter_worth_it(list offs, cnp.ndarray term_off):
     for o in offs:
         per_term *= o[o.shape[0] - 1] / max(o.shape[0] - 1, 1)
     terms = term_off[term_off.shape[0] - 1] / max(term_off.shape[0] - 1, 1)
-    return per_term >= _FLO_MIN_TERM_POINTS and per_term * terms >= _FLO_MIN_POINTS
+    return terms >= _FILTER_MIN_TERMS and per_term >= _FILTER_MIN_TERM_POINTS and per_term * terms >= _FILTER_MIN_POINTS
 
 
 def combine_kernel(list offs, list mems, list tims, cnp.ndarray term_off, object term_cells,
@@ -1033,7 +1036,7 @@ def combine_kernel(list offs, list mems, list tims, cnp.ndarray term_off, object
         src.n_rows = row.shape[1]
         src.U = col.shape[1]
     src.eps = eps
-    src.flo_gate = _filter_worth_it(offs, term_off)
+    src.filter_cells = _filter_worth_it(offs, term_off)
     used = np.zeros(1, dtype=np.int64)
     cdef i64* used_p = <i64*> cnp.PyArray_DATA(used)
     workers = []
