@@ -61,6 +61,7 @@ cdef enum:
     _FILTER_MIN_POINTS = 4096  # candidate points from which a cell uses the filter
     _FILTER_MIN_TERM_POINTS = 64  # ... and per term (a cell's setup reads every term once)
     _FILTER_MIN_TERMS = 32  # ... in this many terms (one term's shifted lists: the merge's gallops do better)
+    _FILTER_MIN_LISTS = 2  # ... of this many lists each on average (terms of one list each: likewise)
 
 MAX_SLOTS = MAXS
 STAIR_LIMIT = 65536
@@ -632,17 +633,20 @@ cdef inline const i64* _term_cells(Src* src, i64 c, i64 t, i64* ocells) noexcept
 cdef void _filter_start(Src* src, Buf* B, i64 c) noexcept nogil:
     """Turn the dominance filter on for cell ``c`` (empty, its buckets spanning the memories of
     its terms) when it has ``_FILTER_MIN_TERMS`` terms or more, of at least
-    ``_FILTER_MIN_POINTS`` candidate points in all and ``_FILTER_MIN_TERM_POINTS`` per term."""
+    ``_FILTER_MIN_POINTS`` candidate points in all, and ``_FILTER_MIN_TERM_POINTS`` points and
+    ``_FILTER_MIN_LISTS`` lists per term."""
     cdef i64 t, k, lo, sz, terms = src.term_off[c + 1] - src.term_off[c]
     cdef i64 ocells[MAXS]
     cdef const i64* cells
-    cdef double mlo = INFINITY, mhi = -INFINITY, least, most, prod, points = 0.0
+    cdef double mlo = INFINITY, mhi = -INFINITY, least, most, prod, points = 0.0, lists = 0.0
+    cdef i64 largest
     cdef int s
     for t in range(src.term_off[c], src.term_off[c + 1]):
         cells = _term_cells(src, c, t, ocells)
         least = 0.0
         most = 0.0
         prod = 1.0
+        largest = 1
         for s in range(src.S):
             if cells[s] < 0:
                 continue
@@ -654,14 +658,17 @@ cdef void _filter_start(Src* src, Buf* B, i64 c) noexcept nogil:
             least += src.mem[s][lo]
             most += src.mem[s][lo + sz - 1]
             prod *= sz
+            if sz > largest:
+                largest = sz
         if prod > 0.0:
             points += prod
+            lists += prod / largest
             if least < mlo:
                 mlo = least
             if most > mhi:
                 mhi = most
     if (terms < _FILTER_MIN_TERMS or points < _FILTER_MIN_POINTS or points < _FILTER_MIN_TERM_POINTS * terms
-            or not mhi > mlo):
+            or lists < _FILTER_MIN_LISTS * terms or not mhi > mlo):
         return
     if B.below == NULL:
         B.below = <double*> malloc(_BUCKETS * sizeof(double))
@@ -953,11 +960,14 @@ def _require_c(arr, dtype, what):
 def _filter_worth_it(list offs, cnp.ndarray term_off):
     """Whether the cells' terms are large enough, from the mean points per cell of each slot,
     for the dominance filter to pay for its setup."""
-    cdef double per_term = 1.0
+    cdef double per_term = 1.0, largest = 1.0, size
     for o in offs:
-        per_term *= o[o.shape[0] - 1] / max(o.shape[0] - 1, 1)
+        size = o[o.shape[0] - 1] / max(o.shape[0] - 1, 1)
+        per_term *= size
+        largest = max(largest, size)
     terms = term_off[term_off.shape[0] - 1] / max(term_off.shape[0] - 1, 1)
-    return terms >= _FILTER_MIN_TERMS and per_term >= _FILTER_MIN_TERM_POINTS and per_term * terms >= _FILTER_MIN_POINTS
+    return (terms >= _FILTER_MIN_TERMS and per_term >= _FILTER_MIN_TERM_POINTS and per_term / largest >= _FILTER_MIN_LISTS
+            and per_term * terms >= _FILTER_MIN_POINTS)
 
 
 def combine_kernel(list offs, list mems, list tims, cnp.ndarray term_off, object term_cells,
