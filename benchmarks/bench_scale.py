@@ -17,8 +17,10 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
 * ``transformer16_terms``: how the terms of that case's costliest combine end (100 sampled
   output cells against their exact frontiers): how many add nothing to their cell, how many of
   those the kernel's test of the ideal corner would skip, and how many lower bounds of ``time +
-  lam * memory`` for 4 or 16 weights would; and how many of the cells' frontier points lie on
-  their lower convex hull (the only ones a weighted sum can find);
+  lam * memory`` for 4 or 16 weights would; how many of the cells' frontier points lie on
+  their lower convex hull (the only ones a weighted sum can find); and how many of the terms'
+  points the kernel's memory-bucket filter would drop given the cell's whole frontier (a
+  point is dropped when a frontier point of a lower bucket is no slower);
 * ``threads``: ``track`` on the Transformer at ``--thread-devices`` devices with
   ``threads=1, 2, ...`` (``--threads``), epsilon 1e-3 without anchors, and with default settings
   (seconds, speedup over the first count, and the seconds of the exact start given up and of
@@ -194,7 +196,8 @@ def dominated(fm, ft, m, t):
 lam_scale = np.median(np.concatenate(tims)) / np.median(np.concatenate(mems))
 weights = {{n: lam_scale * np.geomspace(1e-2, 1e2, n) for n in (4, 16)}}
 counts = dict(terms=0, dominated=0, by_corner=0, **{{f"by_{{n}}_weights": 0 for n in weights}})
-hull = points = 0
+hull = points = term_points = by_buckets = 0
+n_buckets = 512  # the kernel's _BUCKETS
 for c in np.random.default_rng(0).choice(n_out, min(n_out, 100), replace=False):
     cells = [[(offs[s][row[s, c] + col[s, u]], offs[s][row[s, c] + col[s, u] + 1]) for s in range(S)] for u in range(U)]
     prods = []
@@ -214,6 +217,15 @@ for c in np.random.default_rng(0).choice(n_out, min(n_out, 100), replace=False):
             h.pop()
         h.append(q)
     hull += len(h); points += fm.size
+    # the kernel's filter with the cell's whole frontier: buckets from the terms' least memory to
+    # their most, each holding the least time of the frontier points below it
+    lo = min(p[0].min() for p in prods); inv = n_buckets / (max(p[0].max() for p in prods) - lo)
+    bucket = lambda m: np.clip((m - lo) * inv, 0, n_buckets - 1).astype(np.int64)
+    below = np.full(n_buckets + 1, np.inf)
+    np.minimum.at(below, bucket(fm) + 1, ft)
+    below = np.minimum.accumulate(below)[:n_buckets]
+    for m, t, _ in prods:
+        term_points += m.size; by_buckets += int(np.count_nonzero(below[bucket(m)] <= t))
     # the frontier's outer corners: where a point must go to be kept
     cm = np.concatenate([fm, [np.inf]]); ct = np.concatenate([[np.inf], ft])
     for u, (m, t, term) in enumerate(prods):
@@ -232,7 +244,7 @@ for c in np.random.default_rng(0).choice(n_out, min(n_out, 100), replace=False):
             if (np.max(bound[None, :] - lams[None, :] * cm[rel][:, None], axis=1) >= ct[rel]).all():
                 counts[f"by_{{n}}_weights"] += 1
 out(case="terms", combine_seconds=costliest[0], cells=n_out, terms_per_cell=U, slots=S, sampled_cells=min(n_out, 100),
-    **counts, frontier_points=points, on_convex_hull=hull)
+    **counts, frontier_points=points, on_convex_hull=hull, term_points=term_points, dropped_by_buckets=by_buckets)
 """,
     "threads": r"""
 cg = build_cost_graph(zoo.transformer(), to.Cluster.preset("v100-2x8"), {devices}).cost_graph

@@ -18,13 +18,13 @@ one by one and 3.4 s by the heap);
 past that, a k-way heap merge that drops a list as soon as its smallest time cannot
 beat the best time found so far and gallops over dominated points. Both visit points in
 (memory, time, list) order and keep a point when its time beats every earlier one, so
-they give the same points with the same provenance. In a cell of many large terms, the
-one-by-one merge first passes each list through a filter: a table of the frontier's least
-time below each of ``_BUCKETS`` memory buckets (rebuilt from the frontier once the list points
-met since pay for it) drops the points that a frontier point of a lower bucket dominates,
-which no merge order keeps. Most lists there run just above the frontier, each point against
-another step of it, and are dropped whole without being built (the default Transformer@16
-run: 13.0 -> 11.4 s on one core). Output points carry their
+they give the same points with the same provenance. In a cell of many large terms of several
+lists each, the one-by-one merge first passes each list through a filter: a table of the
+frontier's least time below each of ``_BUCKETS`` memory buckets (rebuilt from the frontier
+once the list points met since pay for it) drops the points that a frontier point of a lower
+bucket dominates, which no merge order keeps. Most lists there run just above the frontier,
+each point against another step of it, and are dropped whole without being built (the
+default Transformer@16 run: 13.0 -> 11.2 s on one core). Output points carry their
 provenance: the global point index of the parent point of every slot (``-1`` for an
 absent slot).
 
