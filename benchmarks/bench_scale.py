@@ -197,7 +197,7 @@ lam_scale = np.median(np.concatenate(tims)) / np.median(np.concatenate(mems))
 weights = {{n: lam_scale * np.geomspace(1e-2, 1e2, n) for n in (4, 16)}}
 counts = dict(terms=0, dominated=0, by_corner=0, **{{f"by_{{n}}_weights": 0 for n in weights}})
 hull = points = term_points = by_buckets = 0
-n_buckets = 512  # the kernel's _BUCKETS
+from tensoropt_py.elimination._kernels import FILTER_BUCKETS as n_buckets
 for c in np.random.default_rng(0).choice(n_out, min(n_out, 100), replace=False):
     cells = [[(offs[s][row[s, c] + col[s, u]], offs[s][row[s, c] + col[s, u] + 1]) for s in range(S)] for u in range(U)]
     prods = []

@@ -66,6 +66,7 @@ cdef enum:
 MAX_SLOTS = MAXS
 STAIR_LIMIT = 65536
 HEAP_WORK_FACTOR = _HEAP_WORK_FACTOR
+FILTER_BUCKETS = _BUCKETS
 
 
 class KernelBudgetExceeded(MemoryError):
