@@ -21,6 +21,17 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   their lower convex hull (the only ones a weighted sum can find); and how many of the terms'
   points the kernel's memory-bucket filter would drop given the cell's whole frontier (a
   point is dropped when a frontier point of a lower bucket is no slower);
+* ``transformer16_outside``: whether bounds on the rest of the graph could drop the points of
+  that case's tables early (``transformer16_track`` first): 40 sampled cells of each node
+  elimination's output of 40,000 points or more, and for each point whether every strategy
+  through it is provably weakly dominated by the default frontier (the oracle: what the run
+  returns in the end). The rest of the graph, given a cell's boundary configs ``(a, b)``, costs
+  at least ``max(LB(a), LB(b)) - P`` in ``time + lam * memory`` (``LB``: the relaxation bounds
+  of :func:`~tensoropt_py.engine.screen.relaxation_bounds` for 24 weights, ``P``: the cell's
+  own least), so a point ``p`` can go when no strategy the bounds allow puts ``p`` plus the rest
+  outside the region the frontier dominates; reported with the ideal corner alone (least time
+  and least memory of the rest) and with the 24 weights, with the gaps between the frontier's
+  least ``time + lam * memory`` and the bound of the whole graph for those weights;
 * ``threads``: ``track`` on the Transformer at ``--thread-devices`` devices with
   ``threads=1, 2, ...`` (``--threads``), epsilon 1e-3 without anchors, and with default settings
   (seconds, speedup over the first count, and the seconds of the exact start given up and of
@@ -78,8 +89,8 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   ``min_sum``) its gap to the relaxation lower bound after descent (``end_gaps``), with the
   points the descents added and the largest fall of min(time + lam * memory) they gave.
 
-Usage: python benchmarks/bench_scale.py [--cases transformer16_track transformer16_limits transformer16_terms fastest threads cyclic interval_peak iopddl
-       candidates candidates_full mesh_loss paper16 llama mixtral] [--timeout 600] [--threads 1 2] [--thread-devices 8] [--max-memory 4e9]
+Usage: python benchmarks/bench_scale.py [--cases transformer16_track transformer16_limits transformer16_terms transformer16_outside fastest threads cyclic
+       interval_peak iopddl candidates candidates_full mesh_loss paper16 llama mixtral] [--timeout 600] [--threads 1 2] [--thread-devices 8] [--max-memory 4e9]
        [--candidate-graphs 1x16] [--paper-models wide_resnet rnn] [--paper-uncapped] [--llama-devices 32 64]
        [--llama-layers 32] [--llama-loss]
 """
@@ -245,6 +256,60 @@ for c in np.random.default_rng(0).choice(n_out, min(n_out, 100), replace=False):
                 counts[f"by_{{n}}_weights"] += 1
 out(case="terms", combine_seconds=costliest[0], cells=n_out, terms_per_cell=U, slots=S, sampled_cells=min(n_out, 100),
     **counts, frontier_points=points, on_convex_hull=hull, term_points=term_points, dropped_by_buckets=by_buckets)
+""",
+    "transformer16_outside": r"""
+# bounds on the rest of the graph against the points of the default run's large tables
+import tensoropt_py.elimination.driver as driver
+from tensoropt_py.engine.screen import lam_grid, relaxation_bounds
+cg = build_cost_graph(zoo.transformer(), to.Cluster.preset("v100-2x8"), 16).cost_graph
+rng = np.random.default_rng(0)
+sampled = []  # per table: boundary nodes, their class maps, and the points of 40 random cells
+eliminate_node = driver.eliminate_node
+def recording(g, i):
+    (h, _), (j, _) = sorted(g.adj[i].items())
+    eliminate_node(g, i)
+    e = g.adj[h][j]
+    T = e.table
+    if T.n_points >= 40_000:
+        hmap, jmap, sh, sj, _ = e.view(h)
+        cells = rng.choice(T.n_cells, min(T.n_cells, 40), replace=False)
+        sampled.append((h, j, hmap * sh, jmap * sj, [(c, T.mem[T.offsets[c]:T.offsets[c + 1]].copy(),
+                                                      T.time[T.offsets[c]:T.offsets[c + 1]].copy()) for c in cells]))
+driver.eliminate_node = recording
+track(cg, threads=1)
+driver.eliminate_node = eliminate_node
+d = np.load("/tmp/_bench_scale_t16.npz")
+fm, ft = np.sort(d["memory"]), np.sort(d["time"])[::-1]
+corner_m, corner_t = np.append(fm, np.inf), np.insert(ft, 0, np.inf)  # the open boxes the frontier leaves free
+rb = relaxation_bounds(cg, lam_grid(cg, 24))
+lams = rb.lams
+def useless(pm, pt, rest, rest_mem, rows):
+    # no strategy the bounds allow lands p + rest in a free box: for each box, the least time of
+    # the rest at the box's memory edge (a max of the weighted lines) is no less than its time edge
+    x = corner_m[None, :] - pm[:, None]
+    y = corner_t[None, :] - pt[:, None]
+    least = np.full(x.shape, rest[0])
+    with np.errstate(invalid="ignore"):
+        for k in rows:
+            least = np.maximum(least, np.where(np.isinf(x), rest[0], rest[k] - lams[k] * x))
+    return ~((x > rest_mem) & (least < y)).any(axis=1)
+points = tables = 0
+kept = dict(corner=0, weights=0)
+for h, j, hpart, jpart, cells in sampled:
+    tables += 1
+    for c, pm, pt in cells:
+        hs, js = np.nonzero(hpart[:, None] + jpart[None, :] == c)
+        bound = np.maximum(rb.bounds[h][:, np.unique(hs)].min(axis=1), rb.bounds[j][:, np.unique(js)].min(axis=1))
+        rest = bound[:-1] - (pt[None, :] + lams[:, None] * pm[None, :]).min(axis=1)
+        rest_mem = bound[-1] - pm.min()
+        points += pm.size
+        kept["corner"] += int((~useless(pm, pt, rest, rest_mem, [])).sum())
+        kept["weights"] += int((~useless(pm, pt, rest, rest_mem, range(1, lams.size))).sum())
+whole = np.array([max(b[k].min() for b in rb.bounds) for k in range(lams.size)])  # bounds of the whole graph
+gap = (ft[None, :] + lams[:, None] * fm[None, :]).min(axis=1) / whole - 1
+out(case="outside", tables=tables, sampled_points=points, weights=int(lams.size), frontier_points=int(fm.size),
+    kept_by_corner=kept["corner"], kept_by_weights=kept["weights"],
+    bound_gap_pct=[100 * float(gap.min()), 100 * float(gap.max())])
 """,
     "threads": r"""
 cg = build_cost_graph(zoo.transformer(), to.Cluster.preset("v100-2x8"), {devices}).cost_graph
