@@ -29,7 +29,8 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   at least ``max(LB(a), LB(b)) - P`` in ``time + lam * memory`` (``LB``: the relaxation bounds
   of :func:`~tensoropt_py.engine.screen.relaxation_bounds` for 24 weights, ``P``: the cell's
   own least), so a point ``p`` can go when no strategy the bounds allow puts ``p`` plus the rest
-  outside the region the frontier dominates; reported with the ideal corner alone (least time
+  outside the region the frontier dominates (:func:`~tensoropt_py.engine.screen.screen_out`, each
+  point bounded like a config); reported with the ideal corner alone (least time
   and least memory of the rest) and with the 24 weights, with the gaps between the frontier's
   least ``time + lam * memory`` and the bound of the whole graph for those weights;
 * ``threads``: ``track`` on the Transformer at ``--thread-devices`` devices with
@@ -260,7 +261,7 @@ out(case="terms", combine_seconds=costliest[0], cells=n_out, terms_per_cell=U, s
     "transformer16_outside": r"""
 # bounds on the rest of the graph against the points of the default run's large tables
 import tensoropt_py.elimination.driver as driver
-from tensoropt_py.engine.screen import lam_grid, relaxation_bounds
+from tensoropt_py.engine.screen import RelaxationBounds, lam_grid, relaxation_bounds, screen_out
 cg = build_cost_graph(zoo.transformer(), to.Cluster.preset("v100-2x8"), 16).cost_graph
 rng = np.random.default_rng(0)
 sampled = []  # per table: boundary nodes, their class maps, and the points of 40 random cells
@@ -279,20 +280,9 @@ driver.eliminate_node = recording
 track(cg, threads=1)
 driver.eliminate_node = eliminate_node
 d = np.load("/tmp/_bench_scale_t16.npz")
-fm, ft = np.sort(d["memory"]), np.sort(d["time"])[::-1]
-corner_m, corner_t = np.append(fm, np.inf), np.insert(ft, 0, np.inf)  # the open boxes the frontier leaves free
+fm, ft = d["memory"], d["time"]
 rb = relaxation_bounds(cg, lam_grid(cg, 24))
 lams = rb.lams
-def useless(pm, pt, rest, rest_mem, rows):
-    # no strategy the bounds allow lands p + rest in a free box: for each box, the least time of
-    # the rest at the box's memory edge (a max of the weighted lines) is no less than its time edge
-    x = corner_m[None, :] - pm[:, None]
-    y = corner_t[None, :] - pt[:, None]
-    least = np.full(x.shape, rest[0])
-    with np.errstate(invalid="ignore"):
-        for k in rows:
-            least = np.maximum(least, np.where(np.isinf(x), rest[0], rest[k] - lams[k] * x))
-    return ~((x > rest_mem) & (least < y)).any(axis=1)
 points = tables = 0
 kept = dict(corner=0, weights=0)
 for h, j, hpart, jpart, cells in sampled:
@@ -301,10 +291,13 @@ for h, j, hpart, jpart, cells in sampled:
         hs, js = np.nonzero(hpart[:, None] + jpart[None, :] == c)
         bound = np.maximum(rb.bounds[h][:, np.unique(hs)].min(axis=1), rb.bounds[j][:, np.unique(js)].min(axis=1))
         rest = bound[:-1] - (pt[None, :] + lams[:, None] * pm[None, :]).min(axis=1)
-        rest_mem = bound[-1] - pm.min()
+        # each point plus the rest, bounded like a config of its own: screen_out drops it when no
+        # strategy the bounds allow lands outside the region the frontier dominates
+        through = np.vstack([rest[:, None] + pt[None, :] + lams[:, None] * pm[None, :], bound[-1] - pm.min() + pm[None, :]])
         points += pm.size
-        kept["corner"] += int((~useless(pm, pt, rest, rest_mem, [])).sum())
-        kept["weights"] += int((~useless(pm, pt, rest, rest_mem, range(1, lams.size))).sum())
+        for name, rows in (("corner", [0, -1]), ("weights", slice(None))):
+            cut = RelaxationBounds(lams[:1] if name == "corner" else lams, (through[rows],), rb.tree_edges)
+            kept[name] += int((~screen_out(cut, fm, ft, max_corners=fm.size)[0]).sum())
 whole = np.array([max(b[k].min() for b in rb.bounds) for k in range(lams.size)])  # bounds of the whole graph
 gap = (ft[None, :] + lams[:, None] * fm[None, :]).min(axis=1) / whole - 1
 out(case="outside", tables=tables, sampled_points=points, weights=int(lams.size), frontier_points=int(fm.size),
