@@ -33,6 +33,15 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   point bounded like a config); reported with the ideal corner alone (least time
   and least memory of the rest) and with the 24 weights, with the gaps between the frontier's
   least ``time + lam * memory`` and the bound of the whole graph for those weights;
+* ``transformer16_parts``: where that case's time goes, on one thread: the node eliminations
+  and folds of each layer (by the scope of the operator's name), apart from the joins of the
+  running frontier with each layer (a step next to the one-config ``input`` operator, which the
+  frontier of the model so far rides on), for each heuristic run; the exact start given up and
+  the anchors. Then, for three hub operators (whose configs become a second dimension of the
+  tables), the exact least ``time + lam * memory`` (:func:`~tensoropt_py.engine.min_sum`) with
+  the hub fixed to each of 8 sampled configs, above the whole graph's optimum (in %), for
+  ``lam = 0`` and the median slope of the default frontier, and how many of the hub's configs
+  the frontier uses;
 * ``threads``: ``track`` on the Transformer at ``--thread-devices`` devices with
   ``threads=1, 2, ...`` (``--threads``), epsilon 1e-3 without anchors, and with default settings
   (seconds, speedup over the first count, and the seconds of the exact start given up and of
@@ -90,8 +99,8 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   ``min_sum``) its gap to the relaxation lower bound after descent (``end_gaps``), with the
   points the descents added and the largest fall of min(time + lam * memory) they gave.
 
-Usage: python benchmarks/bench_scale.py [--cases transformer16_track transformer16_limits transformer16_terms transformer16_outside fastest threads cyclic
-       interval_peak iopddl candidates candidates_full mesh_loss paper16 llama mixtral] [--timeout 600] [--threads 1 2] [--thread-devices 8] [--max-memory 4e9]
+Usage: python benchmarks/bench_scale.py [--cases transformer16_track transformer16_limits transformer16_terms transformer16_outside
+       transformer16_parts fastest threads cyclic interval_peak iopddl candidates candidates_full mesh_loss paper16 llama mixtral] [--timeout 600] [--threads 1 2] [--thread-devices 8] [--max-memory 4e9]
        [--candidate-graphs 1x16] [--paper-models wide_resnet rnn] [--paper-uncapped] [--llama-devices 32 64]
        [--llama-layers 32] [--llama-loss]
 """
@@ -303,6 +312,74 @@ gap = (ft[None, :] + lams[:, None] * fm[None, :]).min(axis=1) / whole - 1
 out(case="outside", tables=tables, sampled_points=points, weights=int(lams.size), frontier_points=int(fm.size),
     kept_by_corner=kept["corner"], kept_by_weights=kept["weights"],
     bound_gap_pct=[100 * float(gap.min()), 100 * float(gap.max())])
+""",
+    "transformer16_parts": r"""
+# where the default run's time goes, on one thread, and how near the optimum the hubs' configs are
+import importlib
+import tensoropt_py.elimination.driver as driver
+from tensoropt_py.engine.screen import restrict
+track_mod = importlib.import_module("tensoropt_py.engine.track")  # the module (the package exports the function)
+built = build_cost_graph(zoo.transformer(), to.Cluster.preset("v100-2x8"), 16)
+cg, names = built.cost_graph, built.op_names
+carrier = names.index("input")  # one config; the running frontier of the model so far rides on edges to it
+state = dict(attempt=-1, run=0)
+steps = []  # (attempt, run, part, seconds)
+def timed(step):
+    def wrapper(g, i, *args, **kwargs):
+        part = "join" if carrier in g.adj[i] else names[i].split(".")[0]
+        t0 = time.perf_counter()
+        result = step(g, i, *args, **kwargs)
+        steps.append((state["attempt"], state["run"], part, time.perf_counter() - t0))
+        return result
+    return wrapper
+def attempt(run):  # a tracking attempt (the exact start given up is the first of two)
+    def wrapper(*args, **kwargs):
+        state.update(attempt=state["attempt"] + 1, run=0)
+        return run(*args, **kwargs)
+    return wrapper
+def finished(finish_run):  # the end of a heuristic run: the next steps are the resumed one's
+    def wrapper(*args, **kwargs):
+        result = finish_run(*args, **kwargs)
+        state["run"] += 1
+        return result
+    return wrapper
+driver.eliminate_node = timed(driver.eliminate_node)
+driver.fold_leaf = timed(driver.fold_leaf)
+track_mod._run = attempt(track_mod._run)
+track_mod._finish_run = finished(track_mod._finish_run)
+t0 = time.perf_counter()
+fr = track(cg, threads=1)
+total = time.perf_counter() - t0
+last = state["attempt"]
+runs = []
+for r in sorted({{run for a, run, _, _ in steps if a == last}}):
+    layers = {{}}
+    for a, run, part, s in steps:
+        if a == last and run == r and part != "join":
+            layers[part] = layers.get(part, 0.0) + s
+    joins = [s for a, run, part, s in steps if a == last and run == r and part == "join"]
+    runs.append(dict(within={{k: round(v, 3) for k, v in layers.items()}}, joins=len(joins), join_s=round(sum(joins), 3)))
+stepped = sum(s for a, _, _, s in steps if a == last)
+out(case="parts", seconds=total, exact_start_s=(fr.stats.get("auto_exact_attempt") or {{}}).get("seconds"),
+    anchor_s=fr.stats.get("anchor_seconds"), steps_s=stepped, runs=runs)
+# the hubs (nodes whose configs become a second dimension of the tables): the exact least
+# time + lam * memory with the hub fixed to a config, against the whole graph's, for sampled configs
+rng = np.random.default_rng(0)
+slopes = -np.diff(fr.time) / np.diff(fr.memory)
+lams = (0.0, float(np.median(slopes[np.isfinite(slopes) & (slopes > 0)])))
+best = {{lam: min_sum(cg, lam).value for lam in lams}}
+for hub in ("encoder.dropout", "encoder1.ln1", "encoder5.ln2"):
+    i = names.index(hub)
+    K = cg.n_configs[i]
+    excess = {{lam: [] for lam in lams}}
+    for k in rng.choice(K, size=min(K, 8), replace=False):
+        keep = [np.arange(n) for n in cg.n_configs]
+        keep[i] = np.array([k])
+        sub = restrict(cg, keep)
+        for lam in lams:
+            excess[lam].append(100 * (min_sum(sub, lam).value / best[lam] - 1))
+    out(case="parts_hub", hub=hub, configs=int(K), used_by_frontier=int(np.unique(fr.choices[:, i]).size),
+        excess_pct={{f"{{lam:.3g}}": [round(float(x), 3) for x in sorted(v)] for lam, v in excess.items()}})
 """,
     "threads": r"""
 cg = build_cost_graph(zoo.transformer(), to.Cluster.preset("v100-2x8"), {devices}).cost_graph
