@@ -361,6 +361,9 @@ cdef inline i64 _filtered_from(Buf* B, i64 n, const double* bm, const double* bt
                           i64 end) noexcept nogil:
     """:func:`_first_unfiltered` against staircase ``B.sa[:n]``, ``below`` rebuilt first when it
     is stale and the list points met since it was built pay for that."""
+    # a list filtered when it was built is met again at its merge and its points that passed
+    # count twice: rebuilding that much sooner measured about 1% faster on the Transformer@16
+    # (one core) than counting them once
     B.buckets_credit += end - j
     if B.buckets_stale and B.buckets_credit >= _BUCKETS + n:
         _build_buckets(B, n)
