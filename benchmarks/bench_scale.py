@@ -350,16 +350,20 @@ track_mod._finish_run = finished(track_mod._finish_run)
 t0 = time.perf_counter()
 fr = track(cg, threads=1)
 total = time.perf_counter() - t0
-last = state["attempt"]
+kept = [(run, part, s) for a, run, part, s in steps if a == state["attempt"]]  # the attempt that finished
 runs = []
-for r in sorted({{run for a, run, _, _ in steps if a == last}}):
+for r in sorted({{run for run, _, _ in kept}}):
     layers = {{}}
-    for a, run, part, s in steps:
-        if a == last and run == r and part != "join":
+    joins = []
+    for run, part, s in kept:
+        if run != r:
+            continue
+        if part == "join":
+            joins.append(s)
+        else:
             layers[part] = layers.get(part, 0.0) + s
-    joins = [s for a, run, part, s in steps if a == last and run == r and part == "join"]
     runs.append(dict(within={{k: round(v, 3) for k, v in layers.items()}}, joins=len(joins), join_s=round(sum(joins), 3)))
-stepped = sum(s for a, _, _, s in steps if a == last)
+stepped = sum(s for _, _, s in kept)
 out(case="parts", seconds=total, exact_start_s=(fr.stats.get("auto_exact_attempt") or {{}}).get("seconds"),
     anchor_s=fr.stats.get("anchor_seconds"), steps_s=stepped, runs=runs)
 # the hubs (nodes whose configs become a second dimension of the tables): the exact least
