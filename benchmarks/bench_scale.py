@@ -112,12 +112,14 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+T16_FRONTIER = os.path.join(tempfile.gettempdir(), "_bench_scale_t16.npz")
 
 _PRE = r"""
-import json, sys, time
+import json, os, sys, time
 sys.path.insert(0, {root!r})
 import numpy as np
 import tensoropt_py as to
@@ -126,6 +128,11 @@ from tensoropt_py.cost.builder import build_cost_graph
 from tensoropt_py.engine import track, min_sum, brute_force_frontier
 def out(**kw):
     print(json.dumps(kw), flush=True)
+T16_FRONTIER = {t16_frontier!r}  # the default Transformer@16 frontier, written by case transformer16_track
+def t16_frontier():
+    if not os.path.exists(T16_FRONTIER):
+        raise SystemExit(T16_FRONTIER + " is missing: run --cases transformer16_track first")
+    return np.load(T16_FRONTIER)
 def import_causal_lm(kind, batch, seq, **config):
     # a Hugging Face causal LM ("Llama", "Mixtral") built from a config on the meta device, no weights
     import torch, transformers
@@ -163,13 +170,13 @@ out(case="transformer16_track", seconds=t1 - t0, points=len(fr), heuristic=fr.n_
     auto_exact_attempt=st.get("auto_exact_attempt"),
     anchors=str(st.get("anchors"))[:80], anchor_s=st.get("anchor_seconds"), peak_gib=st["peak_table_bytes"] / 2**30,
     fastest=[float(fr.memory[-1]), float(fr.time[-1])], smallest=[float(fr.memory[0]), float(fr.time[0])])
-np.savez("/tmp/_bench_scale_t16.npz", memory=fr.memory, time=fr.time)
+np.savez(T16_FRONTIER, memory=fr.memory, time=fr.time)
 """,
     "fastest": r"""
 from tensoropt_py.baselines import optcnn
 g = zoo.transformer(); cl = to.Cluster.preset("v100-2x8")
 cg = build_cost_graph(g, cl, 16).cost_graph
-d = np.load("/tmp/_bench_scale_t16.npz")
+d = t16_frontier()
 m, t = d["memory"], d["time"]
 t0 = time.perf_counter(); p = optcnn(g, cl, 16); t1 = time.perf_counter()
 out(case="optcnn", seconds=t1 - t0, memory=p.memory, time=p.time, frontier_fastest_time=float(t.min()))
@@ -186,7 +193,7 @@ for eps in (1e-3, 3e-3, 1e-2):
     t0 = time.perf_counter(); fr = track(cg, epsilon=eps, anchors=False); s = time.perf_counter() - t0
     out(case="epsilon", epsilon=eps, seconds=s, points=len(fr), bound=fr.memory_bound_factor,
         terms=fr.stats["terms"], output_points=fr.stats["points"])
-d = np.load("/tmp/_bench_scale_t16.npz")
+d = t16_frontier()
 for n in (12, 24, 48):
     t0 = time.perf_counter(); rb = relaxation_bounds(cg, lam_grid(cg, n)); s = time.perf_counter() - t0
     drop = screen_out(rb, d["memory"], d["time"])
@@ -288,7 +295,7 @@ def recording(g, i):
 driver.eliminate_node = recording
 track(cg, threads=1)
 driver.eliminate_node = eliminate_node
-d = np.load("/tmp/_bench_scale_t16.npz")
+d = t16_frontier()
 fm, ft = d["memory"], d["time"]
 rb = relaxation_bounds(cg, lam_grid(cg, 24))
 lams = rb.lams
@@ -536,7 +543,7 @@ for layers, devices in {candidate_graphs}:
     "candidates_full": r"""
 cg = build_cost_graph(zoo.transformer(), to.Cluster.preset("v100-2x8"), 16).cost_graph
 from types import SimpleNamespace
-ref = SimpleNamespace(**np.load("/tmp/_bench_scale_t16.npz"))  # the default frontier (case transformer16_track)
+ref = SimpleNamespace(**t16_frontier())  # the default frontier (case transformer16_track)
 for r in {candidate_counts}:
     t0 = time.perf_counter(); fr = track(cg, threads={threads}, candidates=r); s = time.perf_counter() - t0
     st = fr.stats
@@ -665,7 +672,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     presets = {32: "h100-4x8", 64: "h100-8x8"}
     for case in args.cases:
-        code = _PRE.format(root=ROOT) + CASES[case].format(
+        code = _PRE.format(root=ROOT, t16_frontier=T16_FRONTIER) + CASES[case].format(
             threads=args.track_threads, threads_list=list(args.threads), devices=args.thread_devices,
             max_memory=int(args.max_memory), llama_loss=bool(args.llama_loss), llama_layers=int(args.llama_layers),
             llama_runs=tuple((presets[n], n) for n in args.llama_devices),
