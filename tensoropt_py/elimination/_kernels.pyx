@@ -23,8 +23,10 @@ lists each, the one-by-one merge first passes each list through a filter: a tabl
 frontier's least time below each of ``_BUCKETS`` memory buckets (rebuilt from the frontier
 once the list points met since pay for it) drops the points that a frontier point of a lower
 bucket dominates, which no merge order keeps. Most lists there run just above the frontier,
-each point against another step of it, and are dropped whole without being built (the
-default Transformer@16 run: 13.0 -> 11.2 s on one core). Output points carry their
+each point against another step of it, and are dropped whole without being built
+(``benchmarks/bench_scale.py --cases transformer16_terms`` counts the points it would drop,
+given each sampled cell's whole frontier, in the default Transformer@16 run's costliest
+combine). Output points carry their
 provenance: the global point index of the parent point of every slot (``-1`` for an
 absent slot).
 
