@@ -169,6 +169,12 @@ class DeviceSpec:
             raise InvalidInputError(f"DeviceSpec.efficiency values must be in (0, 1], got {bad}")
         object.__setattr__(self, "efficiency", tuple(sorted(eff.items())))
 
+    @property
+    def is_cpu(self) -> bool:
+        """Whether the device is a CPU (its name starts with ``"cpu"``): torch runs it with the
+        CPU's defaults (single-tensor optimizer steps, the CPU's autocast policy)."""
+        return str(self.name).lower().startswith("cpu")
+
     def flops_for(self, dtype="float32") -> float:
         """Peak FLOP/s for ``dtype``: its ``dtype_flops`` entry, else ``peak_flops`` (fp32)."""
         name = normalize_dtype(dtype)

@@ -476,3 +476,49 @@ def test_multi_tensor_update_shares_split_one_step_by_bytes():
     assert shares["a"] / shares["b"] == pytest.approx(64.0)
     table = calibrate_compute([("a", _constant(shares["a"]))], repeats=1, warmup=0)
     assert table.get("a") == shares["a"]  # a share is recorded as timed, not re-timed
+
+
+def test_bf16_calibration_holds_the_keys_of_the_bf16_cost_graph(tmp_path):
+    """A table timed with precision="bf16-mixed" serves every configuration of that precision's
+    cost graph (the fp32 keys of the plain graph would miss them all)."""
+    pytest.importorskip("torch")
+    from tensoropt_py.calibrate import calibrate_model_compute, model_compute_entries, model_update_entries
+    from tensoropt_py.cost.builder import build_cost_graph
+    from tensoropt_py.cost.operator_cost import compute_dtype, config_compute_keys, local_shapes
+    from tensoropt_py.cost.optimizer import update_key
+    from tensoropt_py.cost.training import TrainingOptions
+    from tensoropt_py.graph import zoo
+
+    g = zoo.small_transformer(batch=4, seq_len=8, hidden=16, heads=2, layers=1, vocab=32)
+    cl = Cluster.preset("cpu-1x4")
+    out = tmp_path / "bf16.json"
+    table = calibrate_model_compute(g, cl, 2, repeats=1, warmup=0, out=out, device="cpu", precision="bf16-mixed")
+    entries, _ = model_compute_entries(g, cl, 2, precision="bf16-mixed")
+    updates = model_update_entries(g, cl, 2, precision="bf16-mixed")
+    assert table.meta["skipped"] == 0 and table.meta["precision"] == "bf16-mixed"
+    assert {k for k, _ in table.items()} == set(entries) | set(updates)
+    assert any("bfloat16" in k for k in entries)
+    plain, _ = model_compute_entries(g, cl, 2)
+    assert not set(plain) & {k for k in entries if "bfloat16" in k}
+
+    bf16 = TrainingOptions(precision="bf16-mixed")
+    mcg = build_cost_graph(g, cl.with_calibration(out), 2, training=bf16)
+    readers = {p: len(u) for p, u in mcg.graph.parameter_users().items()}
+    checked = 0
+    for i, op in enumerate(mcg.graph.operators):
+        if op.kind.value == "input":
+            continue
+        keys = config_compute_keys(op, mcg.graph.tensors, mcg.configs[i],
+                                   compute_dtype(op, mcg.graph.tensors, None, True))
+        costs = np.asarray(mcg.node_costs[i])
+        trained = [(pi, u.tensor) for pi, u in enumerate(op.params)
+                   if mcg.graph.tensors[u.tensor].role.value == "parameter"]
+        for k, key in enumerate(keys):
+            shapes = local_shapes(op, mcg.graph.tensors, mcg.configs[i][k])[len(op.inputs):len(op.inputs) + len(op.params)]
+            # each trained parameter's measured update, shared by the operators that read it
+            upd = sum(table.get(update_key("adam", shapes[pi], "float32")) / readers[t] for pi, t in trained)
+            assert costs[k, 2] == pytest.approx(table.get(key) + upd, rel=1e-12)
+            checked += 1
+    assert checked >= len(entries)
+    with pytest.raises(InvalidInputError, match="precision 'fp8'"):
+        model_compute_entries(g, cl, 2, precision="fp8")

@@ -197,6 +197,42 @@ def test_bf16_peak_matches_memtracker_on_one_device():
         assert plan.memory > plan.additive_memory  # the sum misses the step's fp32 gradients and transients
 
 
+def test_gpu_bf16_charges_the_fp32_copies_autocast_keeps():
+    """On a GPU, autocast runs layer norms in fp32 (their saved input and statistics are fp32
+    copies) and the loss's log-softmax too (the logits' gradient is fp32 until cast); a CPU's
+    autocast keeps them in bf16. Two clusters that differ only in that: the live memory at the
+    loss's backward differs by those copies exactly, and nowhere by more."""
+    import dataclasses
+
+    from tensoropt_py.cost.training import TrainingOptions, autocast_fp32_copies
+
+    graph = load_model("small_transformer:batch=4,seq_len=16,hidden=32,heads=4,layers=2,vocab=100")
+    gpu = to.Cluster.preset("h100-4x8")
+    cpu = dataclasses.replace(gpu, device=dataclasses.replace(gpu.device, name="cpu-" + gpu.device.name))
+    assert not gpu.device.is_cpu and cpu.device.is_cpu
+    bf16 = TrainingOptions(precision="bf16-mixed")
+    on_gpu, on_cpu = (build_cost_graph(graph, c, 1, training=bf16) for c in (gpu, cpu))
+    copies = autocast_fp32_copies(on_gpu.graph)
+    assert sorted(copies) == ["h0.ln1", "h0.ln2", "h1.ln1", "h1.ln2", "ln_f"]
+    tensors = on_gpu.graph.tensors
+    for i, op in enumerate(on_gpu.graph.operators):  # node memory: the copies of its own tensors
+        extra = sum(x * tensors[t].numel * 2 for t, x in copies.get(op.name, {}).items())
+        assert np.asarray(on_gpu.node_costs[i])[:, 0] - np.asarray(on_cpu.node_costs[i])[:, 0] == \
+            pytest.approx(extra), op.name
+    choices = [0] * len(on_gpu.op_names)
+    diff = MemoryModel(on_gpu, foreach=True).live(choices) - MemoryModel(on_cpu, foreach=True).live(choices)
+    loss = next(i for i, op in enumerate(on_gpu.graph.operators) if op.kind.value == "loss")
+    logits = tensors[on_gpu.graph.operators[loss].inputs[0].tensor]
+    every_copy = sum(x * tensors[t].numel * 2 for d in copies.values() for t, x in d.items())
+    at_loss_backward = 4 * len(choices) - 2 - 2 * loss
+    assert diff[at_loss_backward] == pytest.approx(every_copy + logits.numel * 2)
+    assert diff.min() >= 0 and diff.max() == pytest.approx(diff[at_loss_backward])
+    # 32-true is the same on both
+    plain = [build_cost_graph(graph, c, 1) for c in (gpu, cpu)]
+    assert all(np.array_equal(np.asarray(x)[:, 0], np.asarray(y)[:, 0])
+               for x, y in zip(plain[0].node_costs, plain[1].node_costs))
+
+
 def test_sharded_state_divides_master_and_state_by_the_replicas():
     # reference: the cost graph's own sharded-state delta (cost.training) on the same configs
     from dataclasses import replace

@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from ..cost.optimizer import OPTIMIZERS
+from ..cost.training import PRECISIONS
 from ..errors import InvalidInputError
 from ..exec.launcher import is_rank0, mpi_world
 from ..inputs import load_cluster
@@ -45,6 +46,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-entries", type=int, default=None, help="measure at most this many compute keys")
     p.add_argument("--optimizer", choices=tuple(OPTIMIZERS), default="adam",
                    help="optimizer whose parameter updates are timed with --model (default adam)")
+    p.add_argument("--precision", choices=tuple(PRECISIONS), default="32-true",
+                   help="with --model: time the operators as a run in this precision does (default 32-true)")
     p.add_argument("--no-comm", action="store_true", help="skip the collective measurements (no MPI needed)")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     return p
@@ -79,6 +82,7 @@ def main(argv=None) -> int:
         if args.model is not None:  # the model's operators are the work between collectives that ranks drift over
             cl = load_cluster(args.cluster) if args.cluster else _default_cluster(args.devices)
             _, runners, _ = model_operator_runners(args.model, cl, args.devices, device=_torch_device(args.backend),
+                                                   precision=args.precision,
                                                    max_entries=args.max_entries)
             sync_work = [fn for _, fn in runners] or None
         _main_comm(args, sync_work)
@@ -89,7 +93,7 @@ def main(argv=None) -> int:
             cl = load_cluster(args.cluster) if args.cluster else _default_cluster(args.devices)
             table = calibrate_model_compute(args.model, cl, args.devices, repeats=args.repeats, warmup=args.warmup,
                                             out=args.out, max_entries=args.max_entries, verbose=verbose, comm=comm,
-                                            optimizer=args.optimizer)
+                                            optimizer=args.optimizer, precision=args.precision)
             if verbose:
                 m = table.meta
                 print(f"wrote {m['entries']} compute entries ({args.model} on {args.devices} devices of {cl.name}, "

@@ -76,38 +76,50 @@ def calibrate_compute(entries, *, repeats: int = 10, warmup: int = 2, out=None, 
     return table
 
 
-def model_compute_entries(graph, cluster, devices, *, dtype=None, mixed_precision=False):
+def _cost_graph(graph, cluster, devices, *, dtype, mixed_precision, precision, optimizer="adam"):
+    """The cost graph whose keys a table for ``precision`` must hold (its activations' dtypes)."""
+    from ..cost.builder import build_cost_graph
+    from ..cost.training import PRECISIONS, TrainingOptions
+
+    if precision not in PRECISIONS:
+        raise InvalidInputError(f"unknown precision {precision!r}; allowed: {', '.join(PRECISIONS)}")
+    return build_cost_graph(graph, cluster, devices, dtype=dtype, mixed_precision=mixed_precision, optimizer=optimizer,
+                            training=TrainingOptions(precision=precision))
+
+
+def model_compute_entries(graph, cluster, devices, *, dtype=None, mixed_precision=False, precision="32-true"):
     """Distinct compute keys of a model's kept configurations: ``{key: (op, config)}``.
 
     The first operator and configuration met represent a key (all of them do the same local
-    work). INPUT operators (no kernel) are left out.
+    work). INPUT operators (no kernel) are left out. ``precision="bf16-mixed"`` gives the keys
+    of that precision's cost graph (:func:`~tensoropt_py.cost.training.precision_graph`).
     """
-    from ..cost.builder import build_cost_graph
     from ..cost.operator_cost import compute_dtype, config_compute_keys
     from ..graph.ir import OpKind
 
-    mcg = build_cost_graph(graph, cluster, devices, dtype=dtype, mixed_precision=mixed_precision)
+    mcg = _cost_graph(graph, cluster, devices, dtype=dtype, mixed_precision=mixed_precision, precision=precision)
     g = mcg.graph
     entries: dict = {}
     for op, cfgs in zip(g.operators, mcg.configs):
         if op.kind is OpKind.INPUT:
             continue
-        dt = compute_dtype(op, g.tensors, dtype, mixed_precision)
+        dt = compute_dtype(op, g.tensors, dtype, mcg.mixed_precision)
         for cfg, key in zip(cfgs, config_compute_keys(op, g.tensors, cfgs, dt)):
             entries.setdefault(key, (op, cfg))
     return entries, g
 
 
-def model_update_entries(graph, cluster, devices, *, optimizer="adam", dtype=None, mixed_precision=False):
+def model_update_entries(graph, cluster, devices, *, optimizer="adam", dtype=None, mixed_precision=False,
+                         precision="32-true"):
     """Distinct optimizer-update keys of a model's kept configurations: ``{key: (shape, dtype)}``.
 
     One entry per local parameter shard shape (:func:`~tensoropt_py.cost.optimizer.update_key`).
     """
-    from ..cost.builder import build_cost_graph
     from ..cost.optimizer import update_key
     from ..graph.ir import TensorRole
 
-    mcg = build_cost_graph(graph, cluster, devices, dtype=dtype, mixed_precision=mixed_precision, optimizer=optimizer)
+    mcg = _cost_graph(graph, cluster, devices, dtype=dtype, mixed_precision=mixed_precision, precision=precision,
+                      optimizer=optimizer)
     g = mcg.graph
     entries: dict = {}
     for op, cfgs in zip(g.operators, mcg.configs):
@@ -183,12 +195,18 @@ class _Known:
         return None
 
 
-def _operator_runner(op, cfg, graph, dtype, device):
-    """A no-argument callable running ``op``'s local shard (rank 0) forward + backward."""
+def _operator_runner(op, cfg, graph, dtype, device, precision="32-true"):
+    """A no-argument callable running ``op``'s local shard (rank 0) forward + backward.
+
+    In ``bf16-mixed`` it runs as the executor does: tensors in their dtypes of the precision's
+    graph, bf16 working parameters, the forward under autocast.
+    """
     import torch
 
     from ..cost.operator_cost import local_shapes
     from ..exec.local_ops import prepare
+    from ..exec.training_exec import autocast
+    from ..graph.ir import TensorRole
     from ..graph.torch_ops import torch_dtype
 
     lop = prepare(op, cfg, graph, 0)
@@ -200,7 +218,10 @@ def _operator_runner(op, cfg, graph, dtype, device):
     for u, (use, shp) in enumerate(zip(op.uses()[: nin + npar], shapes)):
         spec = graph.tensors[use.tensor]
         if spec.dtype in ("float32", "float16", "bfloat16", "float64"):
-            t = (torch.randn(shp, generator=gen) * 0.1).to(device=device, dtype=fdt).requires_grad_(True)
+            tdt = fdt
+            if precision != "32-true":
+                tdt = torch.bfloat16 if spec.role is TensorRole.PARAMETER else torch_dtype(spec.dtype)
+            t = (torch.randn(shp, generator=gen) * 0.1).to(device=device, dtype=tdt).requires_grad_(True)
             leaves.append(t)
         elif spec.dtype == "bool":
             t = torch.ones(shp, dtype=torch.bool, device=device)
@@ -209,7 +230,8 @@ def _operator_runner(op, cfg, graph, dtype, device):
         (inputs if u < nin else params)[use.tensor] = t
 
     def once():
-        outs = lop.run(inputs, params)
+        with autocast(precision, device):
+            outs = lop.run(inputs, params)
         ys = [y for y in outs.values() if isinstance(y, torch.Tensor) and y.requires_grad]
         if ys and leaves:
             torch.autograd.backward(ys, [torch.ones_like(y) for y in ys])
@@ -241,7 +263,7 @@ def _empty_call(device):
 
 
 def model_operator_runners(graph, cluster, devices, *, dtype=None, mixed_precision=False, device="cpu",
-                           max_entries=None):
+                           max_entries=None, precision="32-true"):
     """``(graph, [(key, runner)], {key: reason})``: a no-argument callable per compute key of
     :func:`model_compute_entries` (the local shard forward + backward, in model order), and why
     those that cannot run were skipped; at most ``max_entries`` keys are tried.
@@ -257,7 +279,7 @@ def model_operator_runners(graph, cluster, devices, *, dtype=None, mixed_precisi
     from ..inputs import load_cluster, load_model
 
     entries, g = model_compute_entries(load_model(graph), load_cluster(cluster), devices, dtype=dtype,
-                                       mixed_precision=mixed_precision)
+                                       mixed_precision=mixed_precision, precision=precision)
     items = list(entries.items())
     if max_entries is not None:
         items = items[:max_entries]
@@ -265,7 +287,7 @@ def model_operator_runners(graph, cluster, devices, *, dtype=None, mixed_precisi
     for key, (op, cfg) in items:
         dt = key.rsplit("|", 1)[1]
         try:
-            runners.append((key, _operator_runner(op, cfg, g, dt, torch.device(device))))
+            runners.append((key, _operator_runner(op, cfg, g, dt, torch.device(device), precision)))
         except Exception as exc:  # noqa: BLE001 - any failure to run means: keep the roofline
             skipped[key] = f"{type(exc).__name__}: {exc}"
     return g, runners, skipped
@@ -273,7 +295,8 @@ def model_operator_runners(graph, cluster, devices, *, dtype=None, mixed_precisi
 
 def calibrate_model_compute(graph, cluster, devices, *, repeats: int = 5, warmup: int = 2, out=None,
                             max_entries: int | None = None, dtype=None, mixed_precision: bool = False,
-                            device=None, verbose: bool = False, comm=None, optimizer: str = "adam") -> ComputeTable:
+                            device=None, verbose: bool = False, comm=None, optimizer: str = "adam",
+                            precision: str = "32-true") -> ComputeTable:
     """Measure the compute table of ``graph`` on ``devices`` devices of ``cluster``.
 
     Builds the cost graph (:func:`~tensoropt_py.cost.builder.build_cost_graph`), collects the
@@ -306,6 +329,10 @@ def calibrate_model_compute(graph, cluster, devices, *, repeats: int = 5, warmup
     optimizer : {"sgd", "momentum", "adam"}
         Also time one update of this optimizer per distinct local parameter shard
         (:func:`model_update_entries`), the optimizer step of a training iteration.
+    precision : {"32-true", "bf16-mixed"}
+        The precision whose keys are timed, each operator run as the executor runs it in that
+        precision (bf16-mixed: bf16 activations and working weights, the forward under autocast).
+        A table holds the keys of every precision timed into it.
 
     Returns
     -------
@@ -327,9 +354,9 @@ def calibrate_model_compute(graph, cluster, devices, *, repeats: int = 5, warmup
         device = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(device)
     g, runners, skipped = model_operator_runners(graph, cluster, devices, dtype=dtype, mixed_precision=mixed_precision,
-                                                 device=device, max_entries=max_entries)
-    updates = list(model_update_entries(g, cluster, devices, optimizer=optimizer, dtype=dtype,
-                                        mixed_precision=mixed_precision).items())
+                                                 device=device, max_entries=max_entries, precision=precision)
+    updates = list(model_update_entries(graph, cluster, devices, optimizer=optimizer, dtype=dtype,
+                                        mixed_precision=mixed_precision, precision=precision).items())
     if max_entries is not None:
         updates = updates[:max(max_entries - len(runners) - len(skipped), 0)]
     sync = torch.cuda.synchronize if device.type == "cuda" else None
@@ -344,7 +371,7 @@ def calibrate_model_compute(graph, cluster, devices, *, repeats: int = 5, warmup
     floor = calibrate_compute({"empty": _empty_call(device)}, repeats=repeats, warmup=warmup, sync=sync,
                               comm=comm).get("empty")
     meta = {"model": g.name, "devices": int(devices), "cluster": cluster.name, "torch_device": str(device),
-            "call_floor": floor,
+            "call_floor": floor, "precision": precision,
             "optimizer": optimizer, "optimizer_timing": "multi_tensor" if multi else "per_tensor",
             "torch": torch.__version__, "entries": len(runners), "skipped": len(skipped),
             "skipped_keys": dict(list(skipped.items())[:20])}

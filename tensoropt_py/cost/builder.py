@@ -92,7 +92,7 @@ from ..space.mesh import MeshSpace, check_meshes, mesh_space, meshes as every_me
 from .operator_cost import OperatorCoster, op_work_kind
 from .optimizer import check_optimizer
 from .reschedule import ReferenceRescheduler, ReschedulePath, Rescheduler
-from .training import TrainingOptions, expand_configs, precision_graph, recompute_edge_table
+from .training import TrainingOptions, autocast_fp32_copies, expand_configs, precision_graph, recompute_edge_table
 
 __all__ = ["build_cost_graph", "ModelCostGraph", "EdgeInfo", "OpRecord", "EdgeRecord", "StrategyRecord",
            "FORBIDDEN_TIME", "REUSE_OPTIONS"]
@@ -394,8 +394,11 @@ def build_cost_graph(graph: Graph, cluster, devices: int, *, optimizer: str = "a
             raise InvalidInputError(f"Mesh-TensorFlow mesh {list(mesh_tf)} does not have {n} devices")
     # --- training options (tensoropt_py.cost.training) ---
     training = training or TrainingOptions()
+    fp32_copies = {}
     if training.mixed_precision:
         graph, mixed_precision = precision_graph(graph, training.precision), True
+        if not cluster.device.is_cpu:  # the GPU's autocast runs some operators in fp32
+            fp32_copies = autocast_fp32_copies(graph)
     if reference and training != TrainingOptions():
         raise InvalidInputError("reference=True builds the plain space only; training options need the fast path")
     if comm is None:
@@ -409,7 +412,8 @@ def build_cost_graph(graph: Graph, cluster, devices: int, *, optimizer: str = "a
     if reference:
         mcg = _build_reference(graph, n, valid, mesh_tf, max_configs, coster, rescheduler, space_kw)
     else:
-        mcg = _build_fast(graph, n, valid, mesh_tf, max_configs, coster, rescheduler, training, space_kw)
+        mcg = _build_fast(graph, n, valid, mesh_tf, max_configs, coster, rescheduler, training, space_kw,
+                          fp32_copies)
     return replace(mcg, optimizer=optimizer, mixed_precision=bool(mixed_precision), cluster=cluster,
                    meshes=space, meshes_restricted=restricted)
 
@@ -449,7 +453,7 @@ def _node_signature(op, csig, slot, tensors, exclude, hold, readers, owed=()):
     return (csig, op_work_kind(op), specs, op.flops, op.backward_flops, saved, excl, held, owed)
 
 
-def _build_fast(graph, n, valid, mesh_tf, max_configs, coster, rescheduler, training, space_kw):
+def _build_fast(graph, n, valid, mesh_tf, max_configs, coster, rescheduler, training, space_kw, fp32_copies):
     readers = {p: len(users) for p, users in graph.parameter_users().items()}
     tensors = graph.tensors
     ops = graph.operators
@@ -481,14 +485,16 @@ def _build_fast(graph, n, valid, mesh_tf, max_configs, coster, rescheduler, trai
     node_sig_ids, kept_configs, node_costs, kept_layouts = [], [], [], []
     for i, op in enumerate(ops):
         owed = _graph_outputs(graph, op)
+        copies = fp32_copies.get(op.name, {})
         nsig = _node_signature(op, csigs[i], slots[i], tensors, exclude[op.name], hold[op.name], readers, owed)
+        nsig += (tuple(sorted((slots[i][t], x) for t, x in copies.items())),)
         if training is not None and training.recompute:  # whether recomputing it can drop anything
             nsig += (tuple(u.tensor in kept_tensors for u in op.outputs),)
         hit = node_cache.get(nsig)
         if hit is None:
             cfgs = configs[i]
             oc = coster.costs(op, tensors, cfgs, exclude_saved=exclude[op.name], hold_outputs=hold[op.name],
-                              readers=readers, reduce_outputs=owed)
+                              readers=readers, reduce_outputs=owed, fp32_copies=copies)
             outs, ins, grads = _layouts_of(op, cfgs)
             arr = np.stack([oc.memory, oc.time, oc.compute_time, oc.comm_time], axis=1)
             sigs = list(zip(*(outs + ins + grads))) if outs + ins + grads else [()] * len(cfgs)

@@ -57,14 +57,20 @@ operator's outputs are dropped after their last forward reader; its re-run's out
 the first backward read of one of them (its own backward or a consumer's that saved one, or a
 recomputed consumer's re-run) to its backward. bf16-mixed:
 bf16 activations and working weights and gradients, fp32 masters stepped by the optimizer
-with fp32 copies of their gradients.
+with fp32 copies of their gradients. On a GPU, autocast runs layer norms, softmax and some
+elementwise functions in fp32: the fp32 copies they save are charged to them
+(:func:`~tensoropt_py.cost.training.autocast_fp32_copies`; a recomputed one's copy, made again
+during its re-run, is not), and a cross-entropy loss's logits gradient is fp32 at its backward
+before it is cast to bf16. A CPU's autocast keeps those in bf16.
 
 What is exact, what is a bound
 ------------------------------
 For a given strategy the peak is exact for the model above (checked against
 ``torch.distributed._tools.mem_tracker.MemTracker`` on CPU ranks for plans of small zoo
 models in every training option, ``benchmarks/bench_memory.py``, and against
-``torch.cuda.max_memory_allocated`` in ``shared/ground-truth/h100``):
+``torch.cuda.max_memory_allocated`` in ``shared/ground-truth/h100`` and, for bf16-mixed, on
+an H100 with ``benchmarks/gpu_training_options.py``; CUDA's library workspaces, cuBLAS's
+32 MiB per handle there, are not counted):
 it depends on the operators' ``saved`` lists of the IR, which decide what autograd keeps.
 The engine adds costs, so the frontier is tracked on the additive memory of Eq. 3 and each
 frontier point's memory is then replaced by its peak (:func:`peak_frontier`): every point is
@@ -164,12 +170,9 @@ class MemoryModel:
         self.optimizer = check_optimizer(optimizer if optimizer is not None else getattr(mcg, "optimizer", "adam"))
         self.mixed_precision = bool(getattr(mcg, "mixed_precision", False) if mixed_precision is None
                                     else mixed_precision)
-        if foreach is None:
-            cl = getattr(mcg, "cluster", None)
-            foreach = not (cl is not None and str(cl.device.name).lower().startswith("cpu"))
-        self.foreach = bool(foreach)
         cl = getattr(mcg, "cluster", None)
-        self.cpu = cl is not None and str(cl.device.name).lower().startswith("cpu")
+        self.cpu = cl is not None and cl.device.is_cpu
+        self.foreach = bool(not self.cpu if foreach is None else foreach)
         self.dropout = bool(dropout)
         g = mcg.graph
         self.ops = g.operators
@@ -330,6 +333,10 @@ class MemoryModel:
         loss_grad = 0.0
         if op.kind is OpKind.LOSS and dict(op.attrs).get("fn") == "cross_entropy" and len(outs) > 1:
             loss_grad = outs[1]  # the gradient of the log-probabilities, next to the logits' gradient
+            if mp and not self.cpu and tensors[op.inputs[0].tensor].dtype == "bfloat16":
+                # a GPU's autocast ran the log-softmax in fp32: the logits' gradient is fp32 until
+                # autograd casts it to the logits' bf16 (one bf16 shard more than the model's)
+                loss_grad += ins[0]
         hit = self._cache[key] = (persistent, grads, saved, outs, loss_grad, largest, ins,
                                   (zero_sync, zero_kept, zero_gather, stepped, sync))
         return hit

@@ -293,7 +293,7 @@ class OperatorCoster:
         return out
 
     def costs(self, op: Operator, tensors, configs, *, exclude_saved=(), hold_outputs=(), readers=None,
-              reduce_outputs=()) -> OperatorCosts:
+              reduce_outputs=(), fp32_copies=None) -> OperatorCosts:
         """Costs of ``op`` under each of ``configs``.
 
         Parameters
@@ -318,6 +318,11 @@ class OperatorCoster:
             Outputs no operator reads (graph outputs such as the loss): under a configuration
             leaving one as partial sums, its all-reduce over the partial axes is added to
             ``comm_time`` (the reduction is owed; no edge would charge it).
+        fp32_copies : mapping str -> int, optional
+            Saved bf16 tensors the operator keeps as fp32 copies (autocast runs it in fp32 on a
+            GPU), each with how many of its bf16 local shards the copy costs beyond the bf16
+            tensor's own charge (:func:`~tensoropt_py.cost.training.autocast_fp32_copies`).
+            Charged to the operator whether or not the bf16 tensor is costed on an edge.
         """
         K = len(configs)
         if K == 0:
@@ -392,6 +397,8 @@ class OperatorCoster:
             if name in exclude or name in param_names:
                 continue
             saved_mem += local_bytes[name]
+        for name, extra in (fp32_copies or {}).items():
+            saved_mem += extra * local_bytes[name]
         for use in op.outputs:
             if use.tensor in hold_outputs:
                 indexed = {index[n] for n in use.loop_dims()}

@@ -36,7 +36,9 @@ them freely with every tensor split:
     <tensoropt_py.cluster.DeviceSpec.flops_for>`) and activations (every float activation of
     the graph costed as ``bfloat16``: saved tensors, edges and their collectives), and the
     mixed-precision state of :func:`~tensoropt_py.cost.optimizer.state_bytes_per_param`
-    (half-precision weight and gradient, fp32 master weight and state).
+    (half-precision weight and gradient, fp32 master weight and state). On a GPU, autocast
+    runs some operators in fp32 (:func:`autocast_fp32_copies`): what they save for backward
+    is an fp32 copy, charged on top of the bf16 tensor.
 
 Examples
 --------
@@ -63,7 +65,7 @@ from .operator_cost import local_numel, split_matrix
 from .optimizer import OPTIMIZERS, check_optimizer, state_bytes_per_param, update_work
 
 __all__ = ["Precision", "PRECISIONS", "TrainingOptions", "check_training_options", "precision_graph", "half_tensors",
-           "expand_configs", "recompute_edge_table", "option_counts"]
+           "autocast_fp32", "autocast_fp32_copies", "expand_configs", "recompute_edge_table", "option_counts"]
 
 Precision = Literal["32-true", "bf16-mixed"]
 #: Precisions (PyTorch Lightning's names) and the dtype each computes in.
@@ -167,6 +169,64 @@ def half_tensors(graph: Graph) -> frozenset:
     return frozenset(t.name for t in graph.tensors.values()
                      if t.role in (TensorRole.ACTIVATION, TensorRole.INPUT) and t.dtype == "float32"
                      and t.shape != () and t.name not in fp32)
+
+
+#: Elementwise functions that CUDA's autocast computes in fp32 (torch.amp, "CUDA ops that can
+#: autocast to float32"), among those the executor runs (:mod:`tensoropt_py.graph.torch_ops`).
+_AUTOCAST_FP32_UNARY = frozenset({"pow", "exp", "log", "rsqrt", "reciprocal"})
+
+
+def autocast_fp32(op) -> bool:
+    """Whether CUDA's autocast runs ``op``, as the executor computes it, in fp32 under bf16.
+
+    Layer normalisation (``native_layer_norm``), softmax and the elementwise functions of
+    ``_AUTOCAST_FP32_UNARY`` cast their bf16 inputs to fp32, so the tensors they save for
+    backward are fp32 (an RMS norm casts explicitly, on every device, and is left out). A
+    CPU's autocast keeps them in bf16.
+
+    Examples
+    --------
+    >>> from tensoropt_py.graph.zoo import gpt2
+    >>> [op.name for op in gpt2(size="small", batch=1, seq_len=8).operators if autocast_fp32(op)][:2]
+    ['h0.ln1', 'h0.ln2']
+    """
+    if op.kind is OpKind.LAYER_NORM:
+        return not op.attr("rms")
+    if op.kind is OpKind.SOFTMAX:
+        return True
+    return op.kind is OpKind.UNARY and op.attr("fn") in _AUTOCAST_FP32_UNARY
+
+
+def autocast_fp32_copies(graph: Graph) -> dict:
+    """The fp32 copies a bf16-mixed run on a GPU keeps for backward beyond the bf16 tensors.
+
+    For every operator that :func:`autocast_fp32` holds, each bf16 tensor it saves (of a
+    :func:`precision_graph`) is kept as an fp32 copy. Returns ``{operator: {tensor: extra}}``
+    where ``extra`` counts the tensor's bf16 local shards the copy costs beyond the cost
+    model's own charge of the bf16 tensor: 1 when the operator is the tensor's only keeper
+    (the bf16 tensor is then needed only until its last forward reader, and the model's charge
+    plus one more shard is the fp32 copy), 2 when another operator keeps the bf16 tensor too.
+
+    Examples
+    --------
+    >>> from tensoropt_py.graph.zoo import gpt2
+    >>> g = precision_graph(gpt2(size="small", batch=1, seq_len=8), "bf16-mixed")
+    >>> autocast_fp32_copies(g)["h0.ln1"]
+    {'embed_dropout.out': 1, 'h0.h0.ln1.mean': 1, 'h0.h0.ln1.rstd': 1}
+    """
+    keepers: dict = {}
+    for op in graph.operators:
+        for t in dict.fromkeys(op.saved):
+            keepers[t] = keepers.get(t, 0) + 1
+    out = {}
+    for op in graph.operators:
+        if not autocast_fp32(op):
+            continue
+        extra = {t: 2 if keepers[t] > 1 else 1 for t in dict.fromkeys(op.saved)
+                 if graph.tensors[t].dtype == "bfloat16" and graph.tensors[t].role is not TensorRole.PARAMETER}
+        if extra:
+            out[op.name] = extra
+    return out
 
 
 def precision_graph(graph: Graph, precision: Precision) -> Graph:
