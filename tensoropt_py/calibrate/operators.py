@@ -7,6 +7,7 @@ import socket
 from typing import Mapping
 
 from ..cluster import ComputeTable, write_calibration
+from ..cost.training import Precision
 from ..errors import InvalidInputError
 from ..units import parse_count
 from .timing import auto_sync, check_counts, measure
@@ -87,7 +88,8 @@ def _cost_graph(graph, cluster, devices, *, dtype, mixed_precision, precision, o
                             training=TrainingOptions(precision=precision))
 
 
-def model_compute_entries(graph, cluster, devices, *, dtype=None, mixed_precision=False, precision="32-true"):
+def model_compute_entries(graph, cluster, devices, *, dtype=None, mixed_precision=False,
+                          precision: Precision = "32-true"):
     """Distinct compute keys of a model's kept configurations: ``{key: (op, config)}``.
 
     The first operator and configuration met represent a key (all of them do the same local
@@ -110,7 +112,7 @@ def model_compute_entries(graph, cluster, devices, *, dtype=None, mixed_precisio
 
 
 def model_update_entries(graph, cluster, devices, *, optimizer="adam", dtype=None, mixed_precision=False,
-                         precision="32-true"):
+                         precision: Precision = "32-true"):
     """Distinct optimizer-update keys of a model's kept configurations: ``{key: (shape, dtype)}``.
 
     One entry per local parameter shard shape (:func:`~tensoropt_py.cost.optimizer.update_key`).
@@ -263,7 +265,7 @@ def _empty_call(device):
 
 
 def model_operator_runners(graph, cluster, devices, *, dtype=None, mixed_precision=False, device="cpu",
-                           max_entries=None, precision="32-true"):
+                           max_entries=None, precision: Precision = "32-true"):
     """``(graph, [(key, runner)], {key: reason})``: a no-argument callable per compute key of
     :func:`model_compute_entries` (the local shard forward + backward, in model order), and why
     those that cannot run were skipped; at most ``max_entries`` keys are tried.
@@ -296,7 +298,7 @@ def model_operator_runners(graph, cluster, devices, *, dtype=None, mixed_precisi
 def calibrate_model_compute(graph, cluster, devices, *, repeats: int = 5, warmup: int = 2, out=None,
                             max_entries: int | None = None, dtype=None, mixed_precision: bool = False,
                             device=None, verbose: bool = False, comm=None, optimizer: str = "adam",
-                            precision: str = "32-true") -> ComputeTable:
+                            precision: Precision = "32-true") -> ComputeTable:
     """Measure the compute table of ``graph`` on ``devices`` devices of ``cluster``.
 
     Builds the cost graph (:func:`~tensoropt_py.cost.builder.build_cost_graph`), collects the
