@@ -403,12 +403,35 @@ def test_compute_calibration_under_mpiexec_times_all_ranks_at_once(tmp_path):
     assert comm is None and len(compute) == 3 and compute.meta["concurrent_ranks"] == 2
 
 
+def _check_compute_times_are_the_table(mcg, table):
+    """Every kept configuration's compute time is its measured entry plus the measured updates
+    of its trained parameter shards (a shared one's divided among its readers). Returns how many
+    configurations were checked."""
+    from tensoropt_py.cost.operator_cost import compute_dtype, config_compute_keys, local_shapes
+    from tensoropt_py.cost.optimizer import update_key
+
+    g = mcg.graph
+    readers = {p: len(u) for p, u in g.parameter_users().items()}
+    checked = 0
+    for i, op in enumerate(g.operators):
+        if op.kind.value == "input":
+            continue
+        dtype = compute_dtype(op, g.tensors, None, mcg.mixed_precision)
+        keys = config_compute_keys(op, g.tensors, mcg.configs[i], dtype)
+        costs = np.asarray(mcg.node_costs[i])
+        trained = [(pi, u.tensor) for pi, u in enumerate(op.params) if g.tensors[u.tensor].role.value == "parameter"]
+        for k, key in enumerate(keys):
+            shapes = local_shapes(op, g.tensors, mcg.configs[i][k])[len(op.inputs):len(op.inputs) + len(op.params)]
+            upd = sum(table.get(update_key("adam", shapes[pi], "float32")) / readers[t] for pi, t in trained)
+            assert costs[k, 2] == pytest.approx(table.get(key) + upd, rel=1e-12), (op.name, key)
+            checked += 1
+    return checked
+
+
 def test_calibrate_model_compute_feeds_cost_graph(tmp_path):
     pytest.importorskip("torch")
     from tensoropt_py.cost.builder import build_cost_graph
     from tensoropt_py.calibrate import calibrate_model_compute, model_compute_entries, model_update_entries
-    from tensoropt_py.cost.operator_cost import compute_dtype, config_compute_keys, local_shapes
-    from tensoropt_py.cost.optimizer import update_key
     from tensoropt_py.graph import zoo
 
     out = tmp_path / "t.json"
@@ -428,21 +451,12 @@ def test_calibrate_model_compute_feeds_cost_graph(tmp_path):
     cal = Cluster.preset("cpu-1x4").with_calibration(out)
     mcg = build_cost_graph(g, cal, 4)
     again = build_cost_graph(g, Cluster.preset("cpu-1x4"), 4)  # no table: the old numbers
-    checked = differ = 0
-    for i, op in enumerate(mcg.graph.operators):
-        if op.kind.value == "input":
-            continue
-        keys = config_compute_keys(op, mcg.graph.tensors, mcg.configs[i], compute_dtype(op, mcg.graph.tensors))
-        costs = np.asarray(mcg.node_costs[i])
-        for k, key in enumerate(keys):
-            # compute time = the measured entry + the measured updates of the parameter shards
-            shapes = local_shapes(op, mcg.graph.tensors, mcg.configs[i][k])[len(op.inputs):len(op.inputs) + len(op.params)]
-            upd = sum(table.get(update_key("adam", shp, "float32")) for shp in shapes)
-            assert costs[k, 2] == pytest.approx(table.get(key) + upd, rel=1e-12)
-            checked += 1
+    checked = _check_compute_times_are_the_table(mcg, table)
+    differ = 0
+    for i in range(len(mcg.graph.operators)):
         # roofline for the same configurations (pruning may keep different ones)
-        if mcg.configs[i] == base.configs[i]:
-            differ += int(np.any(costs[:, 2] != np.asarray(base.node_costs[i])[:, 2]))
+        if mcg.graph.operators[i].kind.value != "input" and mcg.configs[i] == base.configs[i]:
+            differ += int(np.any(np.asarray(mcg.node_costs[i])[:, 2] != np.asarray(base.node_costs[i])[:, 2]))
     assert checked >= len(entries) and differ > 0
     for i in range(len(base.graph.operators)):
         assert np.array_equal(np.asarray(again.node_costs[i]), np.asarray(base.node_costs[i]))
@@ -484,8 +498,6 @@ def test_bf16_calibration_holds_the_keys_of_the_bf16_cost_graph(tmp_path):
     pytest.importorskip("torch")
     from tensoropt_py.calibrate import calibrate_model_compute, model_compute_entries, model_update_entries
     from tensoropt_py.cost.builder import build_cost_graph
-    from tensoropt_py.cost.operator_cost import compute_dtype, config_compute_keys, local_shapes
-    from tensoropt_py.cost.optimizer import update_key
     from tensoropt_py.cost.training import TrainingOptions
     from tensoropt_py.graph import zoo
 
@@ -503,22 +515,7 @@ def test_bf16_calibration_holds_the_keys_of_the_bf16_cost_graph(tmp_path):
 
     bf16 = TrainingOptions(precision="bf16-mixed")
     mcg = build_cost_graph(g, cl.with_calibration(out), 2, training=bf16)
-    readers = {p: len(u) for p, u in mcg.graph.parameter_users().items()}
-    checked = 0
-    for i, op in enumerate(mcg.graph.operators):
-        if op.kind.value == "input":
-            continue
-        keys = config_compute_keys(op, mcg.graph.tensors, mcg.configs[i],
-                                   compute_dtype(op, mcg.graph.tensors, None, True))
-        costs = np.asarray(mcg.node_costs[i])
-        trained = [(pi, u.tensor) for pi, u in enumerate(op.params)
-                   if mcg.graph.tensors[u.tensor].role.value == "parameter"]
-        for k, key in enumerate(keys):
-            shapes = local_shapes(op, mcg.graph.tensors, mcg.configs[i][k])[len(op.inputs):len(op.inputs) + len(op.params)]
-            # each trained parameter's measured update, shared by the operators that read it
-            upd = sum(table.get(update_key("adam", shapes[pi], "float32")) / readers[t] for pi, t in trained)
-            assert costs[k, 2] == pytest.approx(table.get(key) + upd, rel=1e-12)
-            checked += 1
+    checked = _check_compute_times_are_the_table(mcg, table)
     assert checked >= len(entries)
     with pytest.raises(InvalidInputError, match="precision 'fp8'"):
         model_compute_entries(g, cl, 2, precision="fp8")
