@@ -23,6 +23,7 @@ from tensoropt_py.calibrate import (
 from tensoropt_py.calibrate.__main__ import main
 from tensoropt_py.cost.comm import CommModel
 from tensoropt_py.cost.compute import ComputeModel
+from tensoropt_py.cost.operator_cost import forward_key
 from tensoropt_py.errors import CalibrationError, InvalidInputError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -186,7 +187,9 @@ def test_synchronisation_with_the_models_operators_as_work(tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
     comm, compute = load_calibration(out)
     assert comm.meta["sync_work"] == "model operators" and set(comm.sync) == {(2, 2, 1)}
-    assert compute.meta["concurrent_ranks"] == 2 and len(compute) == 3
+    assert compute.meta["concurrent_ranks"] == 2 and len(compute) == 6  # 3 keys, each with its forward alone
+    keys = {k for k, _ in compute.items()}
+    assert keys == {k for k in keys if not k.endswith("|fwd")} | {forward_key(k) for k in keys if not k.endswith("|fwd")}
 
 
 def test_calibrate_sync_validates_before_communicating():
@@ -337,6 +340,18 @@ def test_call_floor_of_cuda_tables_is_not_charged(tmp_path):
     for bad in (-1.0, "x", float("nan")):
         with pytest.raises(CalibrationError, match="call_floor"):
             call_floor(ComputeTable(entries, {"torch_device": "cuda", "call_floor": bad}))
+        with pytest.raises(CalibrationError, match="forward_call_floor"):
+            call_floor(ComputeTable(entries, {"torch_device": "cuda", "forward_call_floor": bad}), forward=True)
+    # forward-alone entries carry the floor of an empty forward (no backward), not of a whole call
+    fwd = {**entries, "linear|b|fwd": 4e-5 + 1e-3, "reshape|a|fwd": 3e-5}
+    m = ComputeModel(cl, table=ComputeTable(fwd, {"torch_device": "cuda", "call_floor": floor,
+                                                  "forward_call_floor": 4e-5}))
+    assert (m.floor, m.forward_floor) == (floor, 4e-5)
+    assert m.time(0, 0, key="linear|b|fwd") == pytest.approx(1e-3, rel=1e-12)
+    assert m.time(0, 0, key="linear|b") == pytest.approx(3e-3, rel=1e-12)
+    assert m.time(0, 0, key="reshape|a|fwd") == 0.0
+    assert call_floor(ComputeTable(fwd, {"torch_device": "cuda"}), forward=True) == 3e-5  # its fastest forward
+    assert call_floor(ComputeTable(fwd, {"torch_device": "cuda"})) == 0.9e-4  # forward entries left out
 
 
 # -- model compute tables (torch at shard shapes) ---------------------------------------------
@@ -398,9 +413,9 @@ def test_compute_calibration_under_mpiexec_times_all_ranks_at_once(tmp_path):
     res = _run_calibration(2, out, "--model", "mlp", "--devices", "2", "--no-comm", "--repeats", "1",
                            "--warmup", "0", "--max-entries", "3")
     assert res.returncode == 0, res.stdout + res.stderr
-    assert res.stdout.count("wrote 3 compute entries") == 1  # rank 0 prints and writes
+    assert res.stdout.count("wrote 6 compute entries") == 1  # rank 0 prints and writes (3 keys, and their forwards)
     comm, compute = load_calibration(out)
-    assert comm is None and len(compute) == 3 and compute.meta["concurrent_ranks"] == 2
+    assert comm is None and len(compute) == 6 and compute.meta["concurrent_ranks"] == 2
 
 
 def _check_compute_times_are_the_table(mcg, table):
@@ -441,7 +456,8 @@ def test_calibrate_model_compute_feeds_cost_graph(tmp_path):
     entries, _ = model_compute_entries(g, cl, 4)
     updates = model_update_entries(g, cl, 4, optimizer="adam")
     assert table.meta["entries"] == len(table) and table.meta["skipped"] == 0
-    assert {k for k, _ in table.items()} == set(entries) | set(updates) and len(entries) > 0
+    forwards = {forward_key(k) for k in entries}
+    assert {k for k, _ in table.items()} == set(entries) | forwards | set(updates) and len(entries) > 0
     assert all(k.startswith("optimizer_update|adam|") for k in updates) and len(updates) > 0
     assert all(math.isfinite(t) and t > 0 for _, t in table.items())
     # the empty call is timed too; on a CPU it is work the step pays, so entries stay as measured
@@ -466,16 +482,59 @@ def test_calibrate_model_compute_feeds_cost_graph(tmp_path):
         assert np.allclose(np.asarray(ref.node_costs[i]), np.asarray(mcg.node_costs[i]))
 
     # max_entries and the CLI without mpiexec
-    assert len(calibrate_model_compute("mlp", "cpu-1x4", 4, repeats=1, warmup=0, max_entries=2, device="cpu")) == 2
+    assert len(calibrate_model_compute("mlp", "cpu-1x4", 4, repeats=1, warmup=0, max_entries=2, device="cpu")) == 4
     cli_out = tmp_path / "cli.json"
     assert main(["--model", "mlp", "--devices", "4", "--out", str(cli_out), "--no-comm", "--repeats", "1",
                  "--warmup", "0", "-q"]) == 0
     comm, compute = load_calibration(cli_out)
-    assert comm is None and {k for k, _ in compute.items()} == set(entries) | set(updates)
+    assert comm is None and {k for k, _ in compute.items()} == set(entries) | forwards | set(updates)
     with pytest.raises(InvalidInputError, match="--devices"):
         main(["--model", "mlp", "--no-comm"])
     with pytest.raises(InvalidInputError, match="--no-comm"):
         main(["--no-comm"])
+
+
+def test_recomputation_charges_the_measured_forward(tmp_path):
+    """With recomputation in the space, a recomputed configuration costs its plain twin's compute
+    plus the measured forward alone (a CPU table: no call floor); from a table without forward
+    entries, the measured forward + backward split in the roofline's proportion."""
+    pytest.importorskip("torch")
+    from dataclasses import replace
+
+    from tensoropt_py.cluster import write_calibration
+    from tensoropt_py.calibrate import calibrate_model_compute
+    from tensoropt_py.cost.builder import build_cost_graph
+    from tensoropt_py.cost.operator_cost import OperatorCoster, config_compute_keys
+    from tensoropt_py.cost.training import TrainingOptions
+    from tensoropt_py.graph import zoo
+
+    g, cl = zoo.mlp(), Cluster.preset("cpu-1x4")
+    out, older = tmp_path / "t.json", tmp_path / "older.json"
+    table = calibrate_model_compute(g, cl, 2, repeats=1, warmup=0, out=out, device="cpu")
+    write_calibration(older, compute=ComputeTable({k: t for k, t in table.items() if not k.endswith("|fwd")}, table.meta))
+    rec = TrainingOptions(recompute=True)
+    roofline = OperatorCoster(cl)
+    checked = {out.name: 0, older.name: 0}
+    for path, split in ((out, False), (older, True)):
+        mcg = build_cost_graph(g, cl.with_calibration(path), 2, training=rec)
+        for i, op in enumerate(mcg.graph.operators):
+            cfgs = mcg.configs[i]
+            twin = {c: k for k, c in enumerate(cfgs) if not c.recompute}
+            costs = np.asarray(mcg.node_costs[i])
+            for k, c in enumerate(cfgs):
+                j = twin.get(replace(c, recompute=False))
+                if not c.recompute or j is None or (split and op.params):
+                    continue
+                key = config_compute_keys(op, mcg.graph.tensors, [c], "float32")[0]
+                if split:  # no parameters: the roofline's compute is forward + backward alone
+                    share = roofline.forward_times(op, mcg.graph.tensors, [c])[0] / roofline.costs(
+                        op, mcg.graph.tensors, [c]).compute_time[0]
+                    expected = table.get(key) * share
+                else:
+                    expected = table.get(forward_key(key))
+                assert costs[k, 2] - costs[j, 2] == pytest.approx(expected, rel=1e-9), (op.name, str(c), path.name)
+                checked[path.name] += 1
+    assert min(checked.values()) >= 2, checked
 
 
 def test_multi_tensor_update_shares_split_one_step_by_bytes():
@@ -508,7 +567,7 @@ def test_bf16_calibration_holds_the_keys_of_the_bf16_cost_graph(tmp_path):
     entries, _ = model_compute_entries(g, cl, 2, precision="bf16-mixed")
     updates = model_update_entries(g, cl, 2, precision="bf16-mixed")
     assert table.meta["skipped"] == 0 and table.meta["precision"] == "bf16-mixed"
-    assert {k for k, _ in table.items()} == set(entries) | set(updates)
+    assert {k for k, _ in table.items()} == set(entries) | {forward_key(k) for k in entries} | set(updates)
     assert any("bfloat16" in k for k in entries)
     plain, _ = model_compute_entries(g, cl, 2)
     assert not set(plain) & {k for k in entries if "bfloat16" in k}

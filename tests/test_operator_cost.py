@@ -144,3 +144,33 @@ def test_uncalibrated_h100_time_of_the_ground_truth_within_20_percent(h100_groun
         measured = json.loads((gt / f"{name}.report.json").read_text())["time"]["measured"]
         rec = build_cost_graph(load_model(name), Cluster.preset("h100-4x8"), 1).decode(plan.choices, plan.edge_choices)
         assert rec.time == pytest.approx(measured, rel=0.20), name
+
+
+def test_forward_times_is_the_forward_pass_costs_charges():
+    """What a recomputation re-runs: the forward pass as :meth:`costs` charges it, the family's
+    efficiency included (a forward-only operator's forward is its whole compute); with a
+    table, the measured forward alone, else the measured total in the roofline's proportion."""
+    from dataclasses import replace
+
+    from tensoropt_py.cost.operator_cost import config_compute_keys, forward_key
+
+    h100 = Cluster.preset("h100-4x8")
+    assert h100.device.efficiency_for("linear") < 1  # else the efficiency would go unchecked
+    fwd_only = replace(OP, params=(), saved=("x",), backward_flops=0)
+    cfgs = enumerate_configs(fwd_only, 4)
+    oc = OperatorCoster(h100)
+    assert oc.forward_times(fwd_only, T, cfgs) == pytest.approx(oc.costs(fwd_only, T, cfgs).compute_time, rel=1e-12)
+
+    no_params = replace(OP, params=(), saved=("x",))
+    cfgs = enumerate_configs(no_params, 4)
+    roof_fwd = oc.forward_times(no_params, T, cfgs)
+    roof_all = oc.costs(no_params, T, cfgs).compute_time
+    assert (roof_fwd > 0).all() and (roof_fwd < roof_all).all()
+    keys = config_compute_keys(no_params, T, cfgs, "float32")
+    both = {key: 1e-3 * (k + 1) for k, key in enumerate(keys)}
+    measured = OperatorCoster(h100, compute=ComputeModel(h100, both))  # no torch_device in the meta: no call floor
+    assert measured.forward_times(no_params, T, cfgs) == pytest.approx(
+        [both[key] * f / a for key, f, a in zip(keys, roof_fwd, roof_all)], rel=1e-12)
+    alone = OperatorCoster(h100, compute=ComputeModel(h100, {**both, forward_key(keys[0]): 7e-5}))
+    got = alone.forward_times(no_params, T, cfgs)
+    assert got[0] == 7e-5 and got[1:] == pytest.approx(measured.forward_times(no_params, T, cfgs)[1:], rel=1e-12)

@@ -33,11 +33,11 @@ Compute
 shapes) with :func:`measure` and writes the ``compute`` section of the same file format.
 :func:`calibrate_model_compute` does it for a whole model: every distinct
 :func:`~tensoropt_py.cost.operator_cost.compute_key` of the configurations
-:func:`~tensoropt_py.cost.builder.build_cost_graph` keeps is run forward + backward with
-torch on random tensors of its local shard shapes (through
-:func:`tensoropt_py.exec.local_ops.prepare`, which adapts shape-carrying attributes to the
-shards); the cost model then uses these times for the matching configurations. No MPI is
-needed for it::
+:func:`~tensoropt_py.cost.builder.build_cost_graph` keeps is run forward + backward, and
+forward alone (what a recomputation re-runs), with torch on random tensors of its local shard
+shapes (through :func:`tensoropt_py.exec.local_ops.prepare`, which adapts shape-carrying
+attributes to the shards); the cost model then uses these times for the matching
+configurations. No MPI is needed for it::
 
     tensoropt-py calibrate --model mlp --devices 4 --out calib.json --no-comm
 

@@ -197,10 +197,11 @@ class _Known:
         return None
 
 
-def _operator_runner(op, cfg, graph, dtype, device, precision="32-true"):
-    """A no-argument callable running ``op``'s local shard (rank 0) forward + backward.
+def _operator_runners(op, cfg, graph, dtype, device, precision="32-true"):
+    """Two no-argument callables running ``op``'s local shard (rank 0): forward + backward, and
+    the forward alone (with autograd recording, as a recomputation re-runs it).
 
-    In ``bf16-mixed`` it runs as the executor does: tensors in their dtypes of the precision's
+    In ``bf16-mixed`` they run as the executor does: tensors in their dtypes of the precision's
     graph, bf16 working parameters, the forward under autocast.
     """
     import torch
@@ -231,9 +232,12 @@ def _operator_runner(op, cfg, graph, dtype, device, precision="32-true"):
             t = torch.randint(0, 2, shp, generator=gen).to(device=device, dtype=torch_dtype(spec.dtype))
         (inputs if u < nin else params)[use.tensor] = t
 
-    def once():
+    def forward():
         with autocast(precision, device):
-            outs = lop.run(inputs, params)
+            return lop.run(inputs, params)
+
+    def forward_backward():
+        outs = forward()
         ys = [y for y in outs.values() if isinstance(y, torch.Tensor) and y.requires_grad]
         if ys and leaves:
             torch.autograd.backward(ys, [torch.ones_like(y) for y in ys])
@@ -241,16 +245,17 @@ def _operator_runner(op, cfg, graph, dtype, device, precision="32-true"):
                 t.grad = None
         return outs
 
-    once()  # fails here (not inside the timing) when the entry cannot run
-    return once
+    forward_backward()  # fails here (not inside the timing) when the entry cannot run
+    return forward_backward, forward
 
 
-def _empty_call(device):
+def _empty_call(device, backward=True):
     """A no-argument callable doing what an operator entry's call does around no device work.
 
-    A view forward and its backward through autograd, like a reshape entry: what remains is host
-    dispatch (and, with ``sync``, the wait for the device), the floor every entry timed alone
-    carries (see :mod:`tensoropt_py.cost.compute`, "the call floor").
+    A view forward (recorded by autograd) and, with ``backward``, its backward, like a reshape
+    entry and its forward-alone entry: what remains is host dispatch (and, with ``sync``, the
+    wait for the device), the floor every entry timed alone carries (see
+    :mod:`tensoropt_py.cost.compute`, "the call floor").
     """
     import torch
 
@@ -258,17 +263,20 @@ def _empty_call(device):
 
     def once():
         y = leaf.view(-1)
-        torch.autograd.backward([y], [torch.ones_like(y)])
-        leaf.grad = None
+        if backward:
+            torch.autograd.backward([y], [torch.ones_like(y)])
+            leaf.grad = None
 
     return once
 
 
 def model_operator_runners(graph, cluster, devices, *, dtype=None, mixed_precision=False, device="cpu",
-                           max_entries=None, precision: Precision = "32-true"):
+                           max_entries=None, precision: Precision = "32-true", forward: bool = False):
     """``(graph, [(key, runner)], {key: reason})``: a no-argument callable per compute key of
     :func:`model_compute_entries` (the local shard forward + backward, in model order), and why
-    those that cannot run were skipped; at most ``max_entries`` keys are tried.
+    those that cannot run were skipped; at most ``max_entries`` keys are tried. With
+    ``forward``, each key's runner is followed by one for its
+    :func:`~tensoropt_py.cost.operator_cost.forward_key` (the forward alone).
 
     Examples
     --------
@@ -278,6 +286,7 @@ def model_operator_runners(graph, cluster, devices, *, dtype=None, mixed_precisi
     """
     import torch
 
+    from ..cost.operator_cost import forward_key
     from ..inputs import load_cluster, load_model
 
     entries, g = model_compute_entries(load_model(graph), load_cluster(cluster), devices, dtype=dtype,
@@ -289,9 +298,13 @@ def model_operator_runners(graph, cluster, devices, *, dtype=None, mixed_precisi
     for key, (op, cfg) in items:
         dt = key.rsplit("|", 1)[1]
         try:
-            runners.append((key, _operator_runner(op, cfg, g, dt, torch.device(device), precision)))
+            both, fwd = _operator_runners(op, cfg, g, dt, torch.device(device), precision)
         except Exception as exc:  # noqa: BLE001 - any failure to run means: keep the roofline
             skipped[key] = f"{type(exc).__name__}: {exc}"
+            continue
+        runners.append((key, both))
+        if forward:
+            runners.append((forward_key(key), fwd))
     return g, runners, skipped
 
 
@@ -304,7 +317,9 @@ def calibrate_model_compute(graph, cluster, devices, *, repeats: int = 5, warmup
     Builds the cost graph (:func:`~tensoropt_py.cost.builder.build_cost_graph`), collects the
     distinct :func:`~tensoropt_py.cost.operator_cost.compute_key` of every kept configuration,
     and times each operator forward + backward with torch at its local shard shapes
-    (:func:`measure`). Entries that cannot run (an executor limitation, see
+    (:func:`measure`), and its forward alone (the
+    :func:`~tensoropt_py.cost.operator_cost.forward_key` entry, what a recomputation re-runs).
+    Entries that cannot run (an executor limitation, see
     :func:`tensoropt_py.exec.local_ops.prepare`, or a torch error) are skipped.
 
     Parameters
@@ -342,7 +357,8 @@ def calibrate_model_compute(graph, cluster, devices, *, repeats: int = 5, warmup
         ``meta`` records ``entries`` (measured), ``skipped`` (count), ``skipped_keys``
         (key -> reason, at most 20), ``model``, ``devices``, ``torch_device`` and
         ``call_floor``: the seconds of a call with no device work timed the same way (the cost
-        model subtracts it from entries measured on CUDA, see :mod:`tensoropt_py.cost.compute`).
+        model subtracts it from entries measured on CUDA, see :mod:`tensoropt_py.cost.compute`),
+        and ``forward_call_floor``, the same for the forward-alone entries.
     """
     import torch
 
@@ -356,11 +372,12 @@ def calibrate_model_compute(graph, cluster, devices, *, repeats: int = 5, warmup
         device = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(device)
     g, runners, skipped = model_operator_runners(graph, cluster, devices, dtype=dtype, mixed_precision=mixed_precision,
-                                                 device=device, max_entries=max_entries, precision=precision)
+                                                 device=device, max_entries=max_entries, precision=precision,
+                                                 forward=True)
     updates = list(model_update_entries(graph, cluster, devices, optimizer=optimizer, dtype=dtype,
                                         mixed_precision=mixed_precision, precision=precision).items())
     if max_entries is not None:
-        updates = updates[:max(max_entries - len(runners) - len(skipped), 0)]
+        updates = updates[:max(max_entries - len(runners) // 2 - len(skipped), 0)]  # keys: a runner and its forward
     sync = torch.cuda.synchronize if device.type == "cuda" else None
     multi = device.type == "cuda"
     if multi:  # torch's default optimizer on GPUs: one multi-tensor (foreach) step over every parameter
@@ -370,10 +387,10 @@ def calibrate_model_compute(graph, cluster, devices, *, repeats: int = 5, warmup
     else:  # on CPU torch runs the single-tensor implementation: one update per parameter
         runners += [(key, _update_runner(optimizer, shape, dt, device)) for key, (shape, dt) in updates]
     # timed the way the entries are (same loop, sync and concurrent ranks), so it is their floor
-    floor = calibrate_compute({"empty": _empty_call(device)}, repeats=repeats, warmup=warmup, sync=sync,
-                              comm=comm).get("empty")
+    floors = calibrate_compute({"empty": _empty_call(device), "empty|fwd": _empty_call(device, backward=False)},
+                               repeats=repeats, warmup=warmup, sync=sync, comm=comm)
     meta = {"model": g.name, "devices": int(devices), "cluster": cluster.name, "torch_device": str(device),
-            "call_floor": floor, "precision": precision,
+            "call_floor": floors.get("empty"), "forward_call_floor": floors.get("empty|fwd"), "precision": precision,
             "optimizer": optimizer, "optimizer_timing": "multi_tensor" if multi else "per_tensor",
             "torch": torch.__version__, "entries": len(runners), "skipped": len(skipped),
             "skipped_keys": dict(list(skipped.items())[:20])}

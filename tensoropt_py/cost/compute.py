@@ -27,6 +27,8 @@ call without device work). The floor is the calibration's own measurement of an 
 (``meta["call_floor"]``, :func:`tensoropt_py.calibrate.calibrate_model_compute`); tables
 written before it was recorded use their fastest operator entry, an upper bound of it. On a
 CPU the host *is* the device: dispatch is work the step pays, and entries are used as measured.
+Entries that time the forward alone (:data:`FORWARD_KEY_SUFFIX`, what a recomputation re-runs)
+have a floor of their own, an empty forward without backward (``meta["forward_call_floor"]``).
 Optimizer-update entries are not reduced: on CUDA they are shares of one multi-tensor step
 timed as a whole, which pays its dispatch once.
 
@@ -53,14 +55,21 @@ from ..cluster import Cluster, ComputeTable, load_calibration, normalize_dtype, 
 from ..errors import CalibrationError, InvalidInputError
 from .optimizer import UPDATE_KEY_PREFIX
 
-__all__ = ["ComputeModel", "call_floor"]
+__all__ = ["ComputeModel", "call_floor", "FORWARD_KEY_SUFFIX"]
 
 
-def call_floor(table: ComputeTable | None) -> float:
+#: Suffix of a table key timing the forward pass alone (what a recomputation re-runs):
+#: :func:`tensoropt_py.cost.operator_cost.forward_key`.
+FORWARD_KEY_SUFFIX = "|fwd"
+
+
+def call_floor(table: ComputeTable | None, forward: bool = False) -> float:
     """Seconds of a measured entry that a training step does not pay (module docstring).
 
     0 for tables measured on a CPU (or without a recorded device); on CUDA the recorded empty-call
-    time, else the fastest operator entry.
+    time, else the fastest operator entry. ``forward``: the floor of the entries that time the
+    forward alone (:data:`FORWARD_KEY_SUFFIX`), an empty forward with no backward: the recorded
+    ``forward_call_floor``, else the fastest such entry.
 
     Examples
     --------
@@ -68,6 +77,8 @@ def call_floor(table: ComputeTable | None) -> float:
     0.0001
     >>> call_floor(ComputeTable({"a": 2e-4}, {"torch_device": "cuda", "call_floor": 9e-5}))
     9e-05
+    >>> call_floor(ComputeTable({"a": 2e-4, "a|fwd": 6e-5}, {"torch_device": "cuda"}), forward=True)
+    6e-05
     >>> call_floor(ComputeTable({"a": 2e-4}, {"torch_device": "cpu"}))
     0.0
     """
@@ -76,12 +87,14 @@ def call_floor(table: ComputeTable | None) -> float:
     meta = table.meta
     if not str(meta.get("torch_device", "cpu")).startswith("cuda"):
         return 0.0
-    if "call_floor" in meta:
-        floor = meta["call_floor"]
+    name = "forward_call_floor" if forward else "call_floor"
+    if name in meta:
+        floor = meta[name]
         if isinstance(floor, bool) or not isinstance(floor, (int, float)) or not math.isfinite(floor) or floor < 0:
-            raise CalibrationError(f"a compute table's call_floor must be finite seconds >= 0, got {floor!r}")
+            raise CalibrationError(f"a compute table's {name} must be finite seconds >= 0, got {floor!r}")
         return float(floor)
-    ops = [t for k, t in table.items() if not k.startswith(UPDATE_KEY_PREFIX)]
+    ops = [t for k, t in table.items()
+           if not k.startswith(UPDATE_KEY_PREFIX) and k.endswith(FORWARD_KEY_SUFFIX) == forward]
     return min(ops) if ops else 0.0
 
 
@@ -128,6 +141,7 @@ class ComputeModel:
             table = base.merged(table)
         self.table: ComputeTable | None = table if table is not None else base
         self.floor = call_floor(self.table)
+        self.forward_floor = call_floor(self.table, forward=True)
         dev = cluster.device
         self._inv_bw = 1.0 / dev.memory_bandwidth
         self._overhead = dev.kernel_overhead
@@ -167,9 +181,9 @@ class ComputeModel:
         if key is not None and self.table is not None:
             t = self.table.get(key)
             if t is not None:
-                if self.floor and not key.startswith(UPDATE_KEY_PREFIX):
-                    return max(t - self.floor, 0.0)
-                return t
+                if key.startswith(UPDATE_KEY_PREFIX):
+                    return t
+                return max(t - (self.forward_floor if key.endswith(FORWARD_KEY_SUFFIX) else self.floor), 0.0)
         f = _nonneg(flops, "flops")
         b = _nonneg(bytes_moved, "bytes_moved")
         if f == 0 and b == 0:

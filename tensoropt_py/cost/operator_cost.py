@@ -71,10 +71,11 @@ import numpy as np
 from ..errors import InvalidInputError
 from ..graph.ir import DTYPE_BYTES, Operator, OpKind, TensorRole
 from ..space.mesh import fine_groups
+from .compute import FORWARD_KEY_SUFFIX
 from .optimizer import check_optimizer, state_bytes_per_param, update_key, update_work
 
 __all__ = ["OperatorCosts", "OperatorCoster", "split_matrix", "local_numel", "compute_key", "local_shapes", "op_family",
-           "config_compute_keys", "compute_dtype", "KEY_IGNORED_ATTRS"]
+           "config_compute_keys", "compute_dtype", "forward_key", "KEY_IGNORED_ATTRS"]
 
 #: Attributes left out of :func:`compute_key`: tensor names (``order``), global target shapes
 #: (``shape``, ``sizes``: the local output shapes already carry them) and constants that do
@@ -157,6 +158,18 @@ def compute_key(op: Operator, local_shapes, dtype) -> str:
         role, pos = ("x", u) if u < nin else ("w", u - nin) if u < nin + npar else ("y", u - nin - npar)
         parts.append(f"{role}{pos}{_fmt(tuple(int(d) for d in shp))}")
     return f"{op_work_kind(op)}|{';'.join(parts)}|{dtype}"
+
+
+def forward_key(key: str) -> str:
+    """The measured-table key of the forward pass alone of the work :func:`compute_key` names
+    (whose entry is forward + backward): what a recomputation runs again.
+
+    Examples
+    --------
+    >>> forward_key("linear|bias=False|x0[8,64];w0[64,32];y0[8,32]|float32")
+    'linear|bias=False|x0[8,64];w0[64,32];y0[8,32]|float32|fwd'
+    """
+    return key + FORWARD_KEY_SUFFIX
 
 
 def op_work_kind(op: Operator) -> str:
@@ -292,6 +305,78 @@ class OperatorCoster:
             out += t * share
         return out
 
+    def _roofline_passes(self, op, tensors, splits):
+        """``(dtype, local bytes per tensor, forward, backward)``: the compute dtype, and the
+        roofline seconds of each pass of ``op``'s local shard per configuration (the rows of
+        ``splits``)."""
+        K = splits.shape[0]
+        total_split = np.prod(splits, axis=1).astype(np.float64)
+        local_bytes = {}
+        moved = np.zeros(K)
+        for use in op.uses():
+            spec = tensors[use.tensor]
+            lb = local_numel(op, use, spec.numel, splits) * DTYPE_BYTES[spec.dtype]
+            local_bytes.setdefault(use.tensor, lb)
+            moved += lb
+        dtype = compute_dtype(op, tensors, self.dtype, self.mixed_precision)
+        fam = op_family(op)
+        fwd = np.asarray(self.compute.times(op.flops / total_split, moved, dtype=dtype, family=fam), dtype=np.float64)
+        bwd = (np.asarray(self.compute.times(op.backward_flops / total_split, 2 * moved, dtype=dtype, family=fam),
+                          dtype=np.float64) if op.backward_flops else np.zeros(K))
+        return dtype, local_bytes, fwd, bwd
+
+    def _measured_keys(self, op, tensors, configs, dtype):
+        """``(k, key)`` for every configuration ``k`` whose forward + backward key is in the
+        measured table."""
+        table = getattr(self.compute, "table", None)
+        if table is None or not len(table) or op.kind is OpKind.INPUT:
+            return []
+        return [(k, key) for k, key in enumerate(config_compute_keys(op, tensors, configs, dtype)) if key in table]
+
+    def forward_times(self, op: Operator, tensors, configs) -> np.ndarray:
+        """Forward compute seconds of ``op``'s local shard per configuration: what recomputing
+        it runs again in backward (:mod:`tensoropt_py.cost.training`).
+
+        The measured :func:`forward_key` entry where the table has one (the calibration times
+        the forward alone too); else, where only the forward + backward entry is measured, that
+        time split in the roofline's proportion of the two passes; else the roofline forward,
+        with the same per-family efficiency as :meth:`costs`.
+
+        Parameters
+        ----------
+        op : Operator
+        tensors : mapping name -> TensorSpec
+        configs : sequence of OpConfig
+
+        Returns
+        -------
+        ndarray of float64, shape (len(configs),)
+
+        Examples
+        --------
+        >>> from tensoropt_py.graph.zoo import mlp
+        >>> from tensoropt_py.cluster import Cluster
+        >>> from tensoropt_py.cost.compute import ComputeModel
+        >>> from tensoropt_py.space.configs import enumerate_configs
+        >>> g = mlp()
+        >>> op = g.operator("relu0")
+        >>> cfgs = enumerate_configs(op, 1)
+        >>> key = config_compute_keys(op, g.tensors, cfgs, "float32")[0]
+        >>> cluster = Cluster.preset("cpu-1x4")
+        >>> oc = OperatorCoster(cluster, compute=ComputeModel(cluster, {key: 3e-3, forward_key(key): 1e-3}))
+        >>> oc.forward_times(op, g.tensors, cfgs).tolist(), oc.costs(op, g.tensors, cfgs).compute_time.tolist()
+        ([0.001], [0.003])
+        """
+        splits = split_matrix(op, configs)
+        dtype, _, fwd, bwd = self._roofline_passes(op, tensors, splits)
+        for k, key in self._measured_keys(op, tensors, configs, dtype):
+            if forward_key(key) in self.compute.table:
+                fwd[k] = self.compute.time(0.0, 0.0, key=forward_key(key), dtype=dtype)
+            else:
+                both = fwd[k] + bwd[k]
+                fwd[k] = self.compute.time(0.0, 0.0, key=key, dtype=dtype) * (fwd[k] / both if both > 0 else 1.0)
+        return fwd
+
     def costs(self, op: Operator, tensors, configs, *, exclude_saved=(), hold_outputs=(), readers=None,
               reduce_outputs=(), fp32_copies=None) -> OperatorCosts:
         """Costs of ``op`` under each of ``configs``.
@@ -328,28 +413,13 @@ class OperatorCoster:
         if K == 0:
             raise InvalidInputError(f"operator {op.name!r} has no configuration")
         splits = split_matrix(op, configs)
-        total_split = np.prod(splits, axis=1).astype(np.float64)
         exclude = set(exclude_saved)
-        local_bytes = {}
-        moved = np.zeros(K)
-        for use in op.uses():
-            spec = tensors[use.tensor]
-            lb = local_numel(op, use, spec.numel, splits) * DTYPE_BYTES[spec.dtype]
-            local_bytes.setdefault(use.tensor, lb)
-            moved += lb
-        dtype = compute_dtype(op, tensors, self.dtype, self.mixed_precision)
-        fam = op_family(op)
-        fwd = self.compute.times(op.flops / total_split, moved, dtype=dtype, family=fam)
-        bwd = (self.compute.times(op.backward_flops / total_split, 2 * moved, dtype=dtype, family=fam)
-               if op.backward_flops else np.zeros(K))
-        compute_time = np.asarray(fwd + bwd, dtype=np.float64)
-        table = getattr(self.compute, "table", None)
-        if table is not None and len(table) and op.kind is not OpKind.INPUT:
-            # measured forward + backward of the local shard (one table entry per key)
-            # (the vectorised roofline above is the fallback for keys the table lacks)
-            for k, key in enumerate(config_compute_keys(op, tensors, configs, dtype)):
-                if key in table:
-                    compute_time[k] = self.compute.time(0.0, 0.0, key=key, dtype=dtype)
+        dtype, local_bytes, fwd, bwd = self._roofline_passes(op, tensors, splits)
+        compute_time = fwd + bwd
+        # measured forward + backward of the local shard (one table entry per key; the
+        # vectorised roofline above is the fallback for keys the table lacks)
+        for k, key in self._measured_keys(op, tensors, configs, dtype):
+            compute_time[k] = self.compute.time(0.0, 0.0, key=key, dtype=dtype)
 
         param_mem = np.zeros(K)
         comm_time = np.zeros(K)

@@ -16,7 +16,9 @@ them freely with every tensor split:
     the engine chooses the blocks, and every cost stays additive:
 
     * node: memory loses the outputs it held and its internal saved tensors, gains the
-      inputs it does not save; time gains the forward compute (roofline of ``op.flops``);
+      inputs it does not save; time gains the forward compute
+      (:meth:`~tensoropt_py.cost.operator_cost.OperatorCoster.forward_times`: the measured
+      forward where the cluster is calibrated);
     * edge from a recomputed producer: the copies of the tensor are dropped (memory 0) and
       a consumer that keeps one pays the forward rescheduling again
       (:func:`recompute_edge_table`); the edge's producer layout classes are split by the flag.
@@ -251,16 +253,6 @@ def precision_graph(graph: Graph, precision: Precision) -> Graph:
     return Graph(tensors, graph.operators, name=graph.name, outputs=graph.outputs)
 
 
-def _fwd_times(coster, op, tensors, splits, dtype) -> np.ndarray:
-    """Forward compute seconds of ``op``'s local shard per configuration (roofline)."""
-    total = np.prod(splits, axis=1).astype(np.float64)
-    moved = np.zeros(splits.shape[0])
-    for use in op.uses():
-        spec = tensors[use.tensor]
-        moved += local_numel(op, use, spec.numel, splits) * DTYPE_BYTES[spec.dtype]
-    return np.asarray(coster.compute.times(op.flops / total, moved, dtype=dtype), dtype=np.float64)
-
-
 def _recompute_delta(op, tensors, configs, coster, exclude, hold, readers, splits):
     """(memory, compute time) of the recomputed variant of every configuration."""
     inputs = {u.tensor for u in op.inputs}
@@ -275,10 +267,7 @@ def _recompute_delta(op, tensors, configs, coster, exclude, hold, readers, split
         seen.add(use.tensor)
         spec = tensors[use.tensor]
         memory += local_numel(op, use, spec.numel, splits) * DTYPE_BYTES[spec.dtype]
-    from .operator_cost import compute_dtype
-
-    dtype = compute_dtype(op, tensors, coster.dtype, coster.mixed_precision)
-    return memory, oc.compute_time + _fwd_times(coster, op, tensors, splits, dtype)
+    return memory, oc.compute_time + coster.forward_times(op, tensors, configs)
 
 
 def _shard_delta(op, tensors, configs, coster, readers, splits, base_mem, base_ct, base_cm):
