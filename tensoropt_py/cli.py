@@ -32,6 +32,9 @@ def _add_common(p, *, devices_many=False):
     p.add_argument("--model", required=True,
                    help="zoo name (optionally name:key=value,...) or package.module:factory")
     p.add_argument("--cluster", default="v100-2x8", help="preset name or cluster JSON file (default v100-2x8)")
+    p.add_argument("--calibration", default=None,
+                   help="calibration file written by `tensoropt-py calibrate`: its measured collective and "
+                        "operator tables replace the cluster's roofline")
     if devices_many:
         p.add_argument("--devices", default=None, help="comma-separated device counts (default: all valid counts)")
     else:
@@ -128,6 +131,12 @@ def _check_outputs(args):
             raise InvalidInputError(f"cannot write {args.json!r}: the folder {str(folder)!r} does not exist")
 
 
+def _cluster(args):
+    """The ``--cluster``, with the measured tables of ``--calibration`` when given."""
+    cluster = load_cluster(args.cluster)
+    return cluster if args.calibration is None else cluster.with_calibration(args.calibration)
+
+
 def _default_devices(args, cluster):
     """One machine's devices unless --devices says otherwise: a frontier over several machines takes longer."""
     return args.devices if args.devices is not None else cluster.devices_per_machine
@@ -144,7 +153,7 @@ def _cmd_frontier(args):
     from .units import format_bytes
 
     _check_outputs(args)
-    cluster = load_cluster(args.cluster)
+    cluster = _cluster(args)
     cap = parse_memory_cap(args.memory_cap, cluster)
     fr = api.frontier(args.model, cluster, _default_devices(args, cluster), **_frontier_options(args))
     print(fr)
@@ -183,7 +192,7 @@ def _cmd_find(args):
     from . import api
 
     _check_outputs(args)
-    cluster = load_cluster(args.cluster)
+    cluster = _cluster(args)
     devices = _default_devices(args, cluster) if args.option == "mini_time" else args.devices
     plan = api.find_strategy(args.model, cluster, option=args.option, devices=devices,
                              memory_cap=args.memory_cap, refine=args.refine,
@@ -206,7 +215,7 @@ def _cmd_profile(args):
             devices = [int(d) for d in args.devices.split(",") if d.strip()]
         except ValueError:
             raise InvalidInputError(f"--devices must be comma-separated integers, got {args.devices!r}") from None
-    prof = api.find_strategy(args.model, args.cluster, option="profiling", devices=devices,
+    prof = api.find_strategy(args.model, _cluster(args), option="profiling", devices=devices,
                              memory_cap=args.memory_cap, **_frontier_options(args))
     print(prof)
     if args.plot:

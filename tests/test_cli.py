@@ -203,3 +203,37 @@ def test_show_plots_the_simulated_iteration(capsys, tmp_path):
     assert "simulated iteration" in out and "measured 2 ms" in out
     code, out, err = run(capsys, "show", str(plan), "--plot", str(png), "--model", "small_transformer")
     assert code == 2 and "another model" in err
+
+
+def test_calibration_file_replaces_the_roofline(capsys, tmp_path):
+    """``--calibration`` plans on the measured tables: the same frontier as the API on the
+    calibrated cluster, not the roofline's; a missing file is an input error naming it."""
+    pytest.importorskip("torch")
+    import numpy as np
+
+    import tensoropt_py as to
+    from tensoropt_py.calibrate import calibrate_model_compute
+    from tensoropt_py.cluster import Cluster
+    from tensoropt_py.inputs import parse_memory_cap
+
+    calib = tmp_path / "calib.json"
+    calibrate_model_compute("mlp", "cpu-1x4", 2, repeats=1, warmup=0, out=calib, device="cpu")
+    fronts = {}
+    for name, extra in (("measured", ["--calibration", str(calib)]), ("roofline", [])):
+        js = tmp_path / f"{name}.json"
+        code, out, err = run(capsys, "frontier", *SMALL, "--devices", "2", "--exact", "-q", "--json", str(js), *extra)
+        assert code == 0, err
+        data = json.loads(js.read_text())
+        fronts[name] = (np.array(data["memory"]), np.array(data["time"]))
+    api = to.frontier("mlp", Cluster.preset("cpu-1x4").with_calibration(calib), 2, exact=True, progress=False)
+    assert np.array_equal(fronts["measured"][0], api.memory) and np.array_equal(fronts["measured"][1], api.time)
+    assert not np.array_equal(fronts["measured"][1], fronts["roofline"][1])
+    plan = tmp_path / "plan.json"
+    code, out, err = run(capsys, "find", *SMALL, "--devices", "2", "--exact", "-q", "--calibration", str(calib),
+                         "--json", str(plan))
+    assert code == 0, err
+    cap = parse_memory_cap(None, Cluster.preset("cpu-1x4"))  # find's default cap
+    assert Plan.from_json(plan).time == pytest.approx(api.time[api.index_under(cap)], rel=1e-12)
+    missing = tmp_path / "nowhere.json"
+    code, out, err = run(capsys, "profile", *SMALL, "--devices", "1,2", "-q", "--calibration", str(missing))
+    assert code == 2 and str(missing) in err
