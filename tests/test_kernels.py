@@ -6,8 +6,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tensoropt_py.elimination import MAX_SLOTS, _kernels, combine_outer, combine_ragged, reduce_ragged
+from tensoropt_py.elimination.kernels import outer_skip_mask
 from tensoropt_py.elimination.reference import (
     combine_reference,
+    outer_skip_reference,
     reduce_ragged_reference,
     thin_reference,
 )
@@ -253,6 +255,67 @@ def test_outer_terms_match_the_reference_on_written_out_terms(seed, integer, eps
     exp = combine_reference(tables, term_off, cells, epsilon=eps)
     for g, e in zip(got, exp):
         assert np.array_equal(g, e)
+
+
+def outer_job(rng, integer, rounding):
+    """Tables whose cells often cover one another (few, small, integer or ulp-apart points) and
+    outer terms over them: row part below a split of each table's cells, column part above."""
+    S = int(rng.integers(1, 5))
+    make = (lambda: rounding_table(rng, int(rng.integers(2, 9)), int(rng.integers(1, 4)))) if rounding else (
+        lambda: random_table(rng, int(rng.integers(2, 9)), int(rng.integers(1, 4)), integer))
+    tables = [make() for _ in range(S)]
+    n_out, U = int(rng.integers(1, 6)), int(rng.integers(2, 9))
+    row, col = np.zeros((S, n_out), dtype=np.int64), np.zeros((S, U), dtype=np.int64)
+    for s in range(S):
+        n_cells = len(tables[s][0]) - 1
+        split = int(rng.integers(1, n_cells + 1))
+        row[s] = rng.integers(0, split, size=n_out)
+        col[s] = rng.integers(0, n_cells - split + 1, size=U)
+    return tables, row, col
+
+
+@settings(max_examples=150)
+@given(st.integers(0, 10**6), st.booleans(), st.booleans(), st.sampled_from([0.0, 0.01]),
+       st.sampled_from(["auto", "heap", "staircase"]))
+def test_skipped_covered_terms_leave_the_result_unchanged(seed, integer, rounding, eps, merge):
+    """The terms the kernel skips are the reference's, and skipping them changes nothing,
+    provenance included, also where sums round together (ulp-apart frontiers)."""
+    rng = np.random.default_rng(seed)
+    tables, row, col = outer_job(rng, integer, rounding)
+    S, (n_out, U) = len(tables), (row.shape[1], col.shape[1])
+    mask = outer_skip_mask(tables, row, col, threads=int(rng.integers(1, 3)))
+    assert np.array_equal(mask, outer_skip_reference(tables, row, col))
+    cells = (row.T[:, None, :] + col.T[None, :, :]).reshape(n_out * U, S)
+    exp = combine_reference(tables, np.arange(n_out + 1) * U, cells, epsilon=eps)
+    for skip in ("always", "never"):
+        got = combine_outer(tables, row, col, epsilon=eps, threads=int(rng.integers(1, 3)), merge=merge, skip_covered=skip)
+        for g, e in zip(got, exp):
+            assert np.array_equal(g, e), skip
+
+
+def test_a_covered_term_is_skipped_only_behind_one_of_the_same_base():
+    """Slot 0: cell 0 covers cell 1. Slot 1: cell 1 (three points) covers cell 0 (one)."""
+    t0 = (np.array([0, 2, 3]), np.array([1.0, 2.0, 2.0]), np.array([2.0, 1.0, 2.0]))
+    t1 = (np.array([0, 1, 4]), np.array([2.0, 0.0, 1.0, 2.0]), np.array([2.0, 2.0, 1.0, 0.0]))
+    row = np.zeros((2, 1), dtype=np.int64)
+
+    def both(col):
+        got = outer_skip_mask([t0, t1], row, np.array(col)).tolist()
+        assert got == outer_skip_reference([t0, t1], row, col).tolist()
+        return got
+
+    # behind term 0 (base slot 0 for both), the covered term and an identical one are skipped
+    assert both([[0, 1, 0], [0, 0, 0]]) == [[False, True, True]]
+    # a covered term before the term covering it is not (a tie keeps the earlier term's point)
+    assert both([[1, 0], [0, 0]]) == [[False, False]]
+    # covered in both slots, but term 0's base is slot 1 (its three points) and term 1's slot 0:
+    # the kernel sums them in other orders, which may round apart, so term 1 is kept
+    assert both([[0, 1], [1, 0]]) == [[False, False]]
+    assert both([[0, 1], [0, 0]]) == [[False, True]]
+    with pytest.raises(InvalidInputError, match="at most 512 terms"):
+        outer_skip_mask([t0], np.zeros((1, 1), dtype=np.int64), np.zeros((1, 513), dtype=np.int64))
+    with pytest.raises(InvalidInputError, match="skip_covered must be one of"):
+        combine_outer([t0], np.zeros((1, 1), dtype=np.int64), np.zeros((1, 2), dtype=np.int64), skip_covered="yes")
 
 
 def test_outer_terms_out_of_range_are_named():

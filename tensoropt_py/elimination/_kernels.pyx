@@ -26,7 +26,11 @@ bucket dominates, which no merge order keeps. Most lists there run just above th
 each point against another step of it, and are dropped whole without being built
 (``benchmarks/bench_scale.py --cases transformer16_terms`` counts the points it would drop,
 given each sampled cell's whole frontier, in the default Transformer@16 run's costliest
-combine). Output points carry their
+combine). In a cell of outer terms (a node elimination's: one per config of the node
+eliminated), a term is skipped when an earlier term with the same base slot has, in every
+slot, a cell covering its cell (``cover_bitsets``, ``_cell_skips``): it could only add
+points that the earlier term's dominate, as summed (42% of the costliest combine's terms).
+Output points carry their
 provenance: the global point index of the parent point of every slot (``-1`` for an
 absent slot).
 
@@ -38,7 +42,7 @@ provenance included.  Public, validating entry points live in
 from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memcpy, memmove
 from libc.math cimport INFINITY
-from libc.stdint cimport INT64_MAX
+from libc.stdint cimport INT64_MAX, uint64_t
 
 import numpy as np
 cimport numpy as cnp
@@ -89,6 +93,11 @@ cdef struct Src:
     i64 U
     double eps
     bint filter_cells  # the cells hold enough candidate points on average to look at each
+    # covered outer terms (see _cell_skips): per slot, cover bitsets of its distinct row values
+    # and each output cell's index among them; NULL cover[0]: every term is visited
+    const uint64_t* cover[MAXS]
+    const i64* row_index[MAXS]
+    i64 W  # 64-bit words per bitset of U terms
 
 
 cdef struct Lst:
@@ -145,6 +154,8 @@ cdef struct Buf:
     i64 buckets_credit  # list points met since ``below`` was built: it is rebuilt once they pay for it
     double buckets_lo  # memory of bucket 0's lower edge
     double buckets_inv  # buckets per unit of memory
+    uint64_t* skip  # the covered terms of the current cell (W words; _cell_skips)
+    int* term_base  # the base slot of each of its U terms
 
 
 cdef inline bint _less(HE* a, HE* b) noexcept nogil:
@@ -636,6 +647,72 @@ cdef inline const i64* _term_cells(Src* src, i64 c, i64 t, i64* ocells) noexcept
     return ocells
 
 
+cdef inline bint _covers(const double* m, const double* t, i64 pa, i64 na, i64 pb, i64 nb) noexcept nogil:
+    """Whether every point of frontier ``pb .. pb+nb`` is weakly dominated by a point of frontier
+    ``pa .. pa+na`` (both memory ascending, time descending; an empty second one is covered)."""
+    cdef i64 j, q, end
+    if nb == 0:
+        return True
+    if na == 0 or m[pa] > m[pb] or t[pa + na - 1] > t[pb + nb - 1]:
+        return False
+    j = pa
+    end = pa + na
+    for q in range(pb, pb + nb):
+        while j + 1 < end and m[j + 1] <= m[q]:
+            j += 1
+        if t[j] > t[q]:
+            return False
+    return True
+
+
+cdef int _cell_skips(Src* src, Buf* B, i64 c) noexcept nogil:
+    """Mark in ``B.skip`` the terms of outer cell ``c`` that no output point can come from: term
+    ``v`` is skipped when a term ``u < v`` with the same base slot has, in every slot, a cell
+    covering ``v``'s (every point weakly dominated). Each point of ``v`` is then weakly dominated
+    by a point of ``u``, as the kernel sums them (same slots in the same order, and rounding is
+    monotone), and ``u``'s lists come first, so a tie keeps ``u``'s point: the cell's frontier,
+    provenance included, is the same without ``v``. Returns -1 when the buffers cannot be had."""
+    cdef i64 U = src.U, W = src.W, u, w, cell, size, best
+    cdef int s, b
+    cdef uint64_t x
+    cdef const uint64_t* rowbits[MAXS]
+    cdef uint64_t group[MAXS * 8]  # per base slot, its terms (W <= 8 is checked by the caller)
+    if B.skip == NULL:
+        B.skip = <uint64_t*> malloc(W * sizeof(uint64_t))
+        B.term_base = <int*> malloc(U * sizeof(int))
+        if B.skip == NULL or B.term_base == NULL:
+            return -1
+    for w in range(MAXS * W):
+        group[w] = 0
+    for u in range(U):  # the kernel's base: the first slot of the largest cell
+        best = -1
+        b = 0
+        for s in range(src.S):
+            cell = src.outer_row[s * src.n_rows + c] + src.outer_col[s * U + u]
+            size = src.offs[s][cell + 1] - src.offs[s][cell]
+            if size > best:
+                best = size
+                b = s
+        B.term_base[u] = b
+        group[b * W + (u >> 6)] |= (<uint64_t> 1) << (u & 63)
+    for s in range(src.S):
+        rowbits[s] = src.cover[s] + src.row_index[s][c] * U * W
+    for w in range(W):
+        B.skip[w] = 0
+    for u in range(U):
+        if (B.skip[u >> 6] >> (u & 63)) & 1:
+            continue  # what a covered term covers, the term covering it does too (same base)
+        b = B.term_base[u]
+        for w in range(u >> 6, W):
+            x = group[b * W + w]
+            for s in range(src.S):
+                x &= rowbits[s][u * W + w]
+            if w == (u >> 6):
+                x &= ~((((<uint64_t> 1) << (u & 63)) << 1) - 1)  # only later terms
+            B.skip[w] |= x
+    return 0
+
+
 cdef void _filter_start(Src* src, Buf* B, i64 c) noexcept nogil:
     """Turn the dominance filter on for cell ``c`` (empty, its buckets spanning the memories of
     its terms) when it has ``_FILTER_MIN_TERMS`` terms or more, of at least
@@ -648,6 +725,8 @@ cdef void _filter_start(Src* src, Buf* B, i64 c) noexcept nogil:
     cdef i64 largest
     cdef int s
     for t in range(src.term_off[c], src.term_off[c + 1]):
+        if src.cover[0] != NULL and (B.skip[(t - src.term_off[c]) >> 6] >> ((t - src.term_off[c]) & 63)) & 1:
+            continue
         cells = _term_cells(src, c, t, ocells)
         least = 0.0
         most = 0.0
@@ -716,9 +795,14 @@ cdef int _process(Src* src, i64 c0, i64 c1, Buf* B, i64* counts, i64 stair_limit
         stair_state[2] = 0
         B.hint_lo = -1
         B.filter_on = False
+        if src.cover[0] != NULL and _cell_skips(src, B, c) != 0:
+            B.err = 1
+            return -1
         if stair and src.filter_cells:
             _filter_start(src, B, c)
         for t in range(src.term_off[c], src.term_off[c + 1]):
+            if src.cover[0] != NULL and (B.skip[(t - src.term_off[c]) >> 6] >> ((t - src.term_off[c]) & 63)) & 1:
+                continue
             cells = _term_cells(src, c, t, ocells)
             base = -1
             bsize = -1
@@ -929,6 +1013,8 @@ cdef class _Worker:
         self.buf.wanted = 0
         self.buf.below = NULL
         self.buf.filter_on = False
+        self.buf.skip = NULL
+        self.buf.term_base = NULL
 
     def __dealloc__(self):
         free(self.buf.lists)
@@ -941,6 +1027,8 @@ cdef class _Worker:
         free(self.buf.ot)
         free(self.buf.op)
         free(self.buf.below)
+        free(self.buf.skip)
+        free(self.buf.term_base)
 
     def run(self):
         cdef i64* cnt = <i64*> cnp.PyArray_DATA(self.counts)
@@ -976,9 +1064,54 @@ def _filter_worth_it(list offs, cnp.ndarray term_off):
             and per_term * terms >= _FILTER_MIN_POINTS)
 
 
+def cover_bitsets(cnp.ndarray offs, cnp.ndarray mem, cnp.ndarray tim, cnp.ndarray rows, cnp.ndarray col):
+    """``bits[r, u]``, ``ceil(U / 64)`` words: bit ``v`` is set when cell ``rows[r] + col[u]`` of
+    the table ``(offs, mem, tim)`` covers cell ``rows[r] + col[v]`` (every point of the second
+    weakly dominated by a point of the first; ``v != u``). No validation: the caller passes
+    C-contiguous int64 / float64 arrays whose sums are cells of the table."""
+    _require_c(offs, np.int64, "offsets")
+    _require_c(mem, np.float64, "memory")
+    _require_c(tim, np.float64, "time")
+    _require_c(rows, np.int64, "rows")
+    _require_c(col, np.int64, "col")
+    cdef i64 R = rows.shape[0], U = col.shape[0], W = (U + 63) // 64, r, u, v, a
+    out = np.zeros((R, U, W), dtype=np.uint64)
+    cdef uint64_t* bits = <uint64_t*> cnp.PyArray_DATA(out)
+    cdef const i64* o = <const i64*> cnp.PyArray_DATA(offs)
+    cdef const double* m = <const double*> cnp.PyArray_DATA(mem)
+    cdef const double* t = <const double*> cnp.PyArray_DATA(tim)
+    cdef const i64* rv = <const i64*> cnp.PyArray_DATA(rows)
+    cdef const i64* cl = <const i64*> cnp.PyArray_DATA(col)
+    # per row value, each term's cell: start, size and its corner (least memory, least time),
+    # which a covering cell must weakly dominate (most pairs fail there)
+    starts = np.empty(U, dtype=np.int64)
+    sizes = np.empty(U, dtype=np.int64)
+    corners = np.empty((U, 2), dtype=np.float64)
+    cdef i64* st = <i64*> cnp.PyArray_DATA(starts)
+    cdef i64* sz = <i64*> cnp.PyArray_DATA(sizes)
+    cdef double* cn = <double*> cnp.PyArray_DATA(corners)
+    cdef double cm, ct
+    with nogil:
+        for r in range(R):
+            for u in range(U):
+                a = rv[r] + cl[u]
+                st[u] = o[a]
+                sz[u] = o[a + 1] - o[a]
+                cn[2 * u] = m[o[a]] if sz[u] > 0 else INFINITY
+                cn[2 * u + 1] = t[o[a + 1] - 1] if sz[u] > 0 else INFINITY
+            for u in range(U):
+                cm = cn[2 * u]
+                ct = cn[2 * u + 1]
+                for v in range(U):
+                    if (v != u and (sz[v] == 0 or (cm <= cn[2 * v] and ct <= cn[2 * v + 1]))
+                            and _covers(m, t, st[u], sz[u], st[v], sz[v])):
+                        bits[(r * U + u) * W + (v >> 6)] |= (<uint64_t> 1) << (v & 63)
+    return out
+
+
 def combine_kernel(list offs, list mems, list tims, cnp.ndarray term_off, object term_cells,
                    double eps, object chunk_bounds, object executor=None, i64 stair_limit=STAIR_LIMIT,
-                   object outer=None, i64 max_bytes=-1, bint prov32=False):
+                   object outer=None, i64 max_bytes=-1, bint prov32=False, object covers=None):
     """Run the combine kernel (no validation: call it through ``kernels.combine_ragged``).
 
     Parameters
@@ -1009,6 +1142,10 @@ def combine_kernel(list offs, list mems, list tims, cnp.ndarray term_off, object
     prov32 : bool
         Return the provenance as int32 (the caller vouches that every parent has fewer than
         2**31 points): half the bytes, converted while the buffers are copied out.
+    covers : None or (bitsets, row_index)
+        With ``outer``: per slot, :func:`cover_bitsets` of its distinct row values and the
+        index of each output cell's row among them (int64, n_out); the terms they prove
+        covered are skipped (``U <= 512``). The result is the same without them.
 
     Returns
     -------
@@ -1053,6 +1190,26 @@ def combine_kernel(list offs, list mems, list tims, cnp.ndarray term_off, object
         src.U = col.shape[1]
     src.eps = eps
     src.filter_cells = _filter_worth_it(offs, term_off)
+    for s in range(MAXS):
+        src.cover[s] = NULL
+        src.row_index[s] = NULL
+    src.W = 0
+    cdef cnp.ndarray bitset
+    if covers is not None:
+        if outer is None or src.U > 512 or len(covers[0]) != S or len(covers[1]) != S:
+            raise ValueError("combine kernel: covers need outer terms, U <= 512 and one bitset and row index per slot")
+        src.W = (src.U + 63) // 64
+        for s in range(S):
+            bitset = covers[0][s]
+            _require_c(bitset, np.uint64, "cover bitsets")
+            if bitset.ndim != 3 or bitset.shape[1] != src.U or bitset.shape[2] != src.W:
+                raise ValueError(f"combine kernel: cover bitsets of slot {s} must have shape (R, {src.U}, {src.W})")
+            src.cover[s] = <const uint64_t*> cnp.PyArray_DATA(bitset)
+            bitset = covers[1][s]
+            _require_c(bitset, np.int64, "cover row index")
+            if bitset.shape[0] != src.n_rows:
+                raise ValueError(f"combine kernel: cover row index of slot {s} must have {src.n_rows} entries")
+            src.row_index[s] = <const i64*> cnp.PyArray_DATA(bitset)
     used = np.zeros(1, dtype=np.int64)
     cdef i64* used_p = <i64*> cnp.PyArray_DATA(used)
     workers = []
@@ -1113,3 +1270,41 @@ def combine_kernel(list offs, list mems, list tims, cnp.ndarray term_off, object
         counts[wk.c0 + 1: wk.c1 + 1] = wk.counts
     offsets = np.cumsum(counts)
     return offsets, out_m, out_t, out_p
+
+
+def outer_skip_mask(list offs, cnp.ndarray row, cnp.ndarray col, object covers):
+    """``(n_out, U)`` bool: the terms :func:`combine_kernel` skips given ``covers`` (as
+    ``_cell_skips`` marks them; for tests against the reference)."""
+    cdef Src src
+    cdef _Worker wk = _Worker()
+    cdef int S = len(offs), s
+    cdef i64 c, u, n_out = row.shape[1], U = col.shape[1]
+    cdef cnp.ndarray arr
+    for s in range(S):
+        _require_c(offs[s], np.int64, "offsets")
+        src.offs[s] = <const i64*> cnp.PyArray_DATA(offs[s])
+    _require_c(row, np.int64, "outer terms")
+    _require_c(col, np.int64, "outer terms")
+    src.S = S
+    src.outer_row = <const i64*> cnp.PyArray_DATA(row)
+    src.outer_col = <const i64*> cnp.PyArray_DATA(col)
+    src.n_rows = n_out
+    src.U = U
+    if U > 512:
+        raise ValueError("outer_skip_mask: U <= 512")
+    src.W = (U + 63) // 64
+    covers_keep = []
+    for s in range(S):
+        arr = np.ascontiguousarray(covers[0][s], dtype=np.uint64)
+        covers_keep.append(arr)
+        src.cover[s] = <const uint64_t*> cnp.PyArray_DATA(arr)
+        arr = np.ascontiguousarray(covers[1][s], dtype=np.int64)
+        covers_keep.append(arr)
+        src.row_index[s] = <const i64*> cnp.PyArray_DATA(arr)
+    out = np.zeros((n_out, U), dtype=bool)
+    for c in range(n_out):
+        if _cell_skips(&src, &wk.buf, c) != 0:
+            raise MemoryError("outer_skip_mask: out of memory")
+        for u in range(U):
+            out[c, u] = (wk.buf.skip[u >> 6] >> (u & 63)) & 1
+    return out

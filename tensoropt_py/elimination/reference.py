@@ -6,7 +6,9 @@ provenance and tie-breaking included:
 * :func:`combine_reference` <-> ``_kernels.combine_kernel`` (through
   :func:`tensoropt_py.elimination.kernels.combine_ragged`);
 * :func:`reduce_ragged_reference` <-> :func:`tensoropt_py.elimination.kernels.reduce_ragged`;
-* :func:`thin_reference` <-> the epsilon thinning inside the kernel.
+* :func:`thin_reference` <-> the epsilon thinning inside the kernel;
+* :func:`outer_skip_reference` <-> :func:`tensoropt_py.elimination.kernels.outer_skip_mask`
+  (the outer terms the kernel skips as covered).
 
 Tie-breaking rule shared by both: candidate points are enumerated term by term; inside a
 term, the largest parent cell (first one on ties) is the *base* and the other slots are
@@ -21,7 +23,8 @@ import itertools
 
 import numpy as np
 
-__all__ = ["combine_reference", "reduce_ragged_reference", "thin_reference", "reduce_reference"]
+__all__ = ["combine_reference", "reduce_ragged_reference", "thin_reference", "reduce_reference",
+           "outer_skip_reference"]
 
 
 def reduce_reference(memory, time):
@@ -168,3 +171,44 @@ def reduce_ragged_reference(offsets, memory, time):
     idx = np.asarray(idx, dtype=np.int64)
     out_off = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
     return out_off, memory[idx], time[idx], idx
+
+
+def outer_skip_reference(tables, row, col):
+    """Reference of the outer terms the combine kernel skips: ``(n_out, U)`` bool.
+
+    Term ``v`` of output cell ``c`` (cells ``row[s, c] + col[s, v]``) is skipped when a term
+    ``u < v`` of the same cell has the same base slot (the largest cell, first on ties) and,
+    in every slot, a cell covering ``v``'s: every point of ``v``'s cell weakly dominated by a
+    point of ``u``'s (an empty cell is covered by any; an empty cell covers only an empty one).
+
+    Examples
+    --------
+    >>> t = ([0, 1, 2], [1.0, 2.0], [1.0, 2.0])        # cell 1 is dominated by cell 0
+    >>> outer_skip_reference([t], [[0]], [[1, 0]]).tolist()   # term 1 takes cell 0: not before term 0
+    [[False, False]]
+    >>> outer_skip_reference([t], [[0]], [[0, 1]]).tolist()
+    [[False, True]]
+    """
+    S = len(tables)
+    offs = [np.asarray(t[0], dtype=np.int64) for t in tables]
+    mems = [np.asarray(t[1], dtype=np.float64) for t in tables]
+    tims = [np.asarray(t[2], dtype=np.float64) for t in tables]
+    row = np.asarray(row, dtype=np.int64).reshape(S, -1)
+    col = np.asarray(col, dtype=np.int64).reshape(S, -1)
+    n_out, U = row.shape[1], col.shape[1]
+
+    def points(s, cell):
+        return [(mems[s][g], tims[s][g]) for g in range(offs[s][cell], offs[s][cell + 1])]
+
+    def covers(s, a, b):
+        pa = points(s, a)
+        return all(any(m <= qm and t <= qt for m, t in pa) for qm, qt in points(s, b))
+
+    out = np.zeros((n_out, U), dtype=bool)
+    for c in range(n_out):
+        cells = [[int(row[s, c] + col[s, u]) for s in range(S)] for u in range(U)]
+        base = [max(range(S), key=lambda s: (len(points(s, cells[u][s])), -s)) for u in range(U)]
+        for v in range(U):
+            out[c, v] = any(base[u] == base[v] and all(covers(s, cells[u][s], cells[v][s]) for s in range(S))
+                            for u in range(v))
+    return out
