@@ -20,7 +20,11 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   lam * memory`` for 4 or 16 weights would; how many of the cells' frontier points lie on
   their lower convex hull (the only ones a weighted sum can find); and how many of the terms'
   points the kernel's memory-bucket filter would drop given the cell's whole frontier (a
-  point is dropped when a frontier point of a lower bucket is no slower);
+  point is dropped when a frontier point of a lower bucket is no slower); and the share of its
+  terms the kernel skips as covered (``outer_skip_mask``), with the combine's seconds with and
+  without skipping them;
+* ``transformer16_skip``: the default ``track`` of ``transformer16_track`` with and without the
+  kernel skipping covered outer terms (``skip_covered``), twice each, alternated;
 * ``transformer16_outside``: whether bounds on the rest of the graph could drop the points of
   that case's tables early (``transformer16_track`` first): 40 sampled cells of each node
   elimination's output of 40,000 points or more, and for each point whether every strategy
@@ -99,7 +103,7 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   ``min_sum``) its gap to the relaxation lower bound after descent (``end_gaps``), with the
   points the descents added and the largest fall of min(time + lam * memory) they gave.
 
-Usage: python benchmarks/bench_scale.py [--cases transformer16_track transformer16_limits transformer16_terms transformer16_outside
+Usage: python benchmarks/bench_scale.py [--cases transformer16_track transformer16_skip transformer16_limits transformer16_terms transformer16_outside
        transformer16_parts fastest threads cyclic interval_peak iopddl candidates candidates_full mesh_loss paper16 llama mixtral] [--timeout 600] [--threads 1 2] [--thread-devices 8] [--max-memory 4e9]
        [--candidate-graphs 1x16] [--paper-models wide_resnet rnn] [--paper-uncapped] [--llama-devices 32 64]
        [--llama-layers 32] [--llama-loss]
@@ -271,8 +275,36 @@ for c in np.random.default_rng(0).choice(n_out, min(n_out, 100), replace=False):
                               for lam in lams])
             if (np.max(bound[None, :] - lams[None, :] * cm[rel][:, None], axis=1) >= ct[rel]).all():
                 counts[f"by_{{n}}_weights"] += 1
+# the terms the kernel skips as covered (outer_skip_mask), and the combine with and without skipping
+from tensoropt_py.elimination.kernels import combine_outer, outer_skip_mask
+tables, eps = list(zip(offs, mems, tims)), costliest[1][0][5]
+covered = outer_skip_mask(tables, row, col)
+runs = {{}}
+for mode in ("never", "auto", "never", "auto"):
+    t0 = time.perf_counter(); res = combine_outer(tables, row, col, epsilon=eps, validate=False, skip_covered=mode)
+    runs.setdefault(mode, []).append(time.perf_counter() - t0)
+    same = runs.get("result") is None or all(np.array_equal(a, b) for a, b in zip(res, runs["result"]))
+    runs["result"] = res
 out(case="terms", combine_seconds=costliest[0], cells=n_out, terms_per_cell=U, slots=S, sampled_cells=min(n_out, 100),
-    **counts, frontier_points=points, on_convex_hull=hull, term_points=term_points, dropped_by_buckets=by_buckets)
+    **counts, frontier_points=points, on_convex_hull=hull, term_points=term_points, dropped_by_buckets=by_buckets,
+    covered_skipped=float(covered.mean()), combine_s_without_skipping=runs["never"], combine_s_skipping=runs["auto"],
+    same_output=bool(same))
+""",
+    "transformer16_skip": r"""
+# the default track with and without skipping covered outer terms (the kernel's skip_covered), alternated
+import tensoropt_py.elimination.table as tab_mod
+cg = build_cost_graph(zoo.transformer(), to.Cluster.preset("v100-2x8"), 16).cost_graph
+run_kernel = tab_mod.run_kernel
+def never(*args, **kw):
+    return run_kernel(*args, **{{**kw, "skip_covered": "never"}})
+runs = {{}}
+for mode in ("never", "auto", "never", "auto"):
+    tab_mod.run_kernel = never if mode == "never" else run_kernel
+    t0 = time.perf_counter(); fr = track(cg, threads={threads}); runs.setdefault(mode, []).append(time.perf_counter() - t0)
+    runs.setdefault(mode + "_points", len(fr))
+tab_mod.run_kernel = run_kernel
+out(case="transformer16_skip", threads={threads}, seconds_without_skipping=runs["never"], seconds_skipping=runs["auto"],
+    points=[runs["never_points"], runs["auto_points"]])
 """,
     "transformer16_outside": r"""
 # bounds on the rest of the graph against the points of the default run's large tables
