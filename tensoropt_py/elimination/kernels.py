@@ -192,20 +192,10 @@ def combine_outer(tables, row, col, epsilon=0.0, threads=1, validate=True, merge
     >>> off.tolist(), m.tolist(), t.tolist()
     ([0, 2], [1.5, 2.5], [5.0, 4.0])
     """
-    S = len(tables)
     offs, mems, tims = _parse_tables(tables, validate, "combine_outer")
     eps, threads, stair_limit = _parse_options(epsilon, threads, merge)
-    row = np.ascontiguousarray(row, dtype=np.int64)
-    col = np.ascontiguousarray(col, dtype=np.int64)
-    if row.ndim != 2 or col.ndim != 2 or row.shape[0] != S or col.shape[0] != S:
-        raise InvalidInputError(f"row and col must have shapes ({S}, n_out) and ({S}, U), got {row.shape} and {col.shape}")
+    row, col = _parse_outer(offs, row, col, validate)
     n_out, U = row.shape[1], col.shape[1]
-    if validate and n_out and U:
-        for s in range(S):
-            n_cells = offs[s].shape[0] - 1
-            lo, hi = row[s].min() + col[s].min(), row[s].max() + col[s].max()
-            if lo < 0 or hi >= n_cells:
-                raise InvalidInputError(f"row[{s}] + col[{s}] must be cells of tables[{s}], in [0, {n_cells}), got {lo} .. {hi}")
     if skip_covered not in _SKIP_COVERED:
         raise InvalidInputError(f"skip_covered must be one of {_SKIP_COVERED}, got {skip_covered!r}")
     term_off = np.arange(n_out + 1, dtype=np.int64) * U
@@ -241,23 +231,31 @@ def outer_skip_mask(tables, row, col, threads=1, validate=True):
     >>> outer_skip_mask([t], [[0]], [[0, 1, 2]]).tolist()   # cell 1 is covered by cell 0, cell 2 is not
     [[False, True, False]]
     """
-    S = len(tables)
     offs, mems, tims = _parse_tables(tables, validate, "outer_skip_mask")
+    row, col = _parse_outer(offs, row, col, validate)
+    if col.shape[1] > _MAX_COVER_TERMS:
+        raise InvalidInputError(f"outer_skip_mask takes at most {_MAX_COVER_TERMS} terms per cell, got {col.shape[1]}")
+    if row.shape[1] == 0 or col.shape[1] == 0:
+        return np.zeros((row.shape[1], col.shape[1]), dtype=bool)
+    covers = _cover_tables(offs, mems, tims, row, col, resolve_threads(threads), always=True)
+    return _kernels.outer_skip_mask(offs, row, col, covers)
+
+
+def _parse_outer(offs, row, col, validate):
+    """``row`` and ``col`` of outer terms as contiguous int64, checked (with ``validate``: every
+    sum a cell of its table)."""
+    S = len(offs)
     row = np.ascontiguousarray(row, dtype=np.int64)
     col = np.ascontiguousarray(col, dtype=np.int64)
     if row.ndim != 2 or col.ndim != 2 or row.shape[0] != S or col.shape[0] != S:
         raise InvalidInputError(f"row and col must have shapes ({S}, n_out) and ({S}, U), got {row.shape} and {col.shape}")
-    if col.shape[1] > _MAX_COVER_TERMS:
-        raise InvalidInputError(f"outer_skip_mask takes at most {_MAX_COVER_TERMS} terms per cell, got {col.shape[1]}")
     if validate and row.shape[1] and col.shape[1]:
         for s in range(S):
+            n_cells = offs[s].shape[0] - 1
             lo, hi = row[s].min() + col[s].min(), row[s].max() + col[s].max()
-            if lo < 0 or hi >= offs[s].shape[0] - 1:
-                raise InvalidInputError(f"row[{s}] + col[{s}] must be cells of tables[{s}], in [0, {offs[s].shape[0] - 1}), "
-                                        f"got {lo} .. {hi}")
-    if row.shape[1] == 0 or col.shape[1] == 0:
-        return np.zeros((row.shape[1], col.shape[1]), dtype=bool)
-    return _kernels.outer_skip_mask(offs, row, col, _cover_tables(offs, mems, tims, row, col, resolve_threads(threads)))
+            if lo < 0 or hi >= n_cells:
+                raise InvalidInputError(f"row[{s}] + col[{s}] must be cells of tables[{s}], in [0, {n_cells}), got {lo} .. {hi}")
+    return row, col
 
 
 def run_kernel(offs, mems, tims, term_off, term_cells, eps, threads, stair_limit=_STAIR_LIMITS["auto"], outer=None,
@@ -274,34 +272,35 @@ def run_kernel(offs, mems, tims, term_off, term_cells, eps, threads, stair_limit
     bounds = _chunk_bounds(term_off, term_off.shape[0] - 1, threads, work)
     covers = None
     if outer is not None and skip_covered != "never" and 2 <= outer[1].shape[1] <= _MAX_COVER_TERMS and outer[0].shape[1]:
-        if skip_covered == "always" or _covers_pay(offs, *outer):
-            covers = _cover_tables(offs, mems, tims, *outer, threads)
+        covers = _cover_tables(offs, mems, tims, *outer, threads, always=skip_covered == "always", max_bytes=max_bytes)
     return _kernels.combine_kernel(offs, mems, tims, term_off, term_cells, eps, bounds, _executor(threads), stair_limit,
                                    outer, -1 if max_bytes is None else max(int(max_bytes), 0), bool(prov32), covers)
 
 
 #: Cover checks per candidate point of the terms below which checking a call's cells pays
-#: (:func:`_covers_pay`): a pair of cells is compared in a few nanoseconds (most fail on
+#: (:func:`_cover_tables`): a pair of cells is compared in a few nanoseconds (most fail on
 #: their corners), a term's candidate point costs the merge about as much.
 _COVER_CHECKS_PER_POINT = 0.125
 _MAX_COVER_TERMS = 512  # the kernel's per-cell bitsets hold at most this many terms
+_COVER_MAX_BYTES = 2**28  # most bytes of cover bitsets (a quarter of a call's max_bytes where less)
 
 
-def _covers_pay(offs, row, col):
-    """Whether comparing every pair of terms' cells, per slot and distinct row, costs less than
-    the candidate points of the terms (each slot's mean cell size, multiplied)."""
+def _cover_tables(offs, mems, tims, row, col, threads, always=False, max_bytes=None):
+    """The kernel's ``covers``: per slot, the cover bitsets of its distinct row values (the
+    rows split among ``threads`` threads) and each output cell's index among them. None
+    (unless ``always``) where comparing every pair of terms' cells, per slot and distinct row,
+    would cost more than the terms' candidate points (each slot's mean cell size, multiplied)
+    could save, or where the bitsets would take more than their bytes' share."""
     S, n_out = row.shape
     U = col.shape[1]
-    rows = sum(np.unique(row[s]).size for s in range(S))
-    points = float(np.prod([float(o[-1]) / max(o.shape[0] - 1, 1) for o in offs]))
-    return rows * float(U) * U <= _COVER_CHECKS_PER_POINT * n_out * U * points
-
-
-def _cover_tables(offs, mems, tims, row, col, threads):
-    """The kernel's ``covers``: per slot, the cover bitsets of its distinct row values (the
-    rows split among ``threads`` threads) and each output cell's index among them."""
-    S = row.shape[0]
     uniques = [np.unique(row[s], return_inverse=True) for s in range(S)]
+    rows = sum(values.size for values, _ in uniques)
+    if not always:
+        points = float(np.prod([float(o[-1]) / max(o.shape[0] - 1, 1) for o in offs]))
+        limit = _COVER_MAX_BYTES if max_bytes is None else min(_COVER_MAX_BYTES, max_bytes / 4)
+        checks, saved = rows * float(U) * U, _COVER_CHECKS_PER_POINT * n_out * U * points
+        if checks > saved or rows * U * ((U + 63) // 64) * 8 > limit:
+            return None
     jobs = []  # (slot, row values): each slot's rows split into one piece per thread
     for s, (values, _) in enumerate(uniques):
         values = np.ascontiguousarray(values, dtype=np.int64)
