@@ -713,6 +713,12 @@ cdef int _cell_skips(Src* src, Buf* B, i64 c) noexcept nogil:
     return 0
 
 
+cdef inline bint _skipped(Src* src, Buf* B, i64 c, i64 t) noexcept nogil:
+    """Whether ``_cell_skips`` marked term ``t`` of cell ``c``."""
+    cdef i64 u = t - src.term_off[c]
+    return src.cover[0] != NULL and (B.skip[u >> 6] >> (u & 63)) & 1
+
+
 cdef void _filter_start(Src* src, Buf* B, i64 c) noexcept nogil:
     """Turn the dominance filter on for cell ``c`` (empty, its buckets spanning the memories of
     its terms) when it has ``_FILTER_MIN_TERMS`` terms or more, of at least
@@ -725,7 +731,7 @@ cdef void _filter_start(Src* src, Buf* B, i64 c) noexcept nogil:
     cdef i64 largest
     cdef int s
     for t in range(src.term_off[c], src.term_off[c + 1]):
-        if src.cover[0] != NULL and (B.skip[(t - src.term_off[c]) >> 6] >> ((t - src.term_off[c]) & 63)) & 1:
+        if _skipped(src, B, c, t):
             continue
         cells = _term_cells(src, c, t, ocells)
         least = 0.0
@@ -801,7 +807,7 @@ cdef int _process(Src* src, i64 c0, i64 c1, Buf* B, i64* counts, i64 stair_limit
         if stair and src.filter_cells:
             _filter_start(src, B, c)
         for t in range(src.term_off[c], src.term_off[c + 1]):
-            if src.cover[0] != NULL and (B.skip[(t - src.term_off[c]) >> 6] >> ((t - src.term_off[c]) & 63)) & 1:
+            if _skipped(src, B, c, t):
                 continue
             cells = _term_cells(src, c, t, ocells)
             base = -1
