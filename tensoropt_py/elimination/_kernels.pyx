@@ -1115,6 +1115,29 @@ def cover_bitsets(cnp.ndarray offs, cnp.ndarray mem, cnp.ndarray tim, cnp.ndarra
     return out
 
 
+cdef int _point_at_covers(Src* src, object covers) except -1:
+    """Point ``src`` (its slots, ``U`` and ``n_rows`` set) at ``covers``: per slot, cover bitsets
+    (uint64, shape ``(R, U, W)``) and each output cell's row index (int64, ``n_rows``), checked
+    as the kernel would read them; ``U <= 512``. The caller keeps the arrays alive."""
+    cdef int s
+    cdef cnp.ndarray arr
+    if src.U > 512 or len(covers[0]) != src.S or len(covers[1]) != src.S:
+        raise ValueError("combine kernel: covers need U <= 512 and one bitset and row index per slot")
+    src.W = (src.U + 63) // 64
+    for s in range(src.S):
+        arr = covers[0][s]
+        _require_c(arr, np.uint64, "cover bitsets")
+        if arr.ndim != 3 or arr.shape[1] != src.U or arr.shape[2] != src.W:
+            raise ValueError(f"combine kernel: cover bitsets of slot {s} must have shape (R, {src.U}, {src.W})")
+        src.cover[s] = <const uint64_t*> cnp.PyArray_DATA(arr)
+        arr = covers[1][s]
+        _require_c(arr, np.int64, "cover row index")
+        if arr.ndim != 1 or arr.shape[0] != src.n_rows:
+            raise ValueError(f"combine kernel: cover row index of slot {s} must have {src.n_rows} entries")
+        src.row_index[s] = <const i64*> cnp.PyArray_DATA(arr)
+    return 0
+
+
 def combine_kernel(list offs, list mems, list tims, cnp.ndarray term_off, object term_cells,
                    double eps, object chunk_bounds, object executor=None, i64 stair_limit=STAIR_LIMIT,
                    object outer=None, i64 max_bytes=-1, bint prov32=False, object covers=None):
@@ -1200,22 +1223,10 @@ def combine_kernel(list offs, list mems, list tims, cnp.ndarray term_off, object
         src.cover[s] = NULL
         src.row_index[s] = NULL
     src.W = 0
-    cdef cnp.ndarray bitset
     if covers is not None:
-        if outer is None or src.U > 512 or len(covers[0]) != S or len(covers[1]) != S:
-            raise ValueError("combine kernel: covers need outer terms, U <= 512 and one bitset and row index per slot")
-        src.W = (src.U + 63) // 64
-        for s in range(S):
-            bitset = covers[0][s]
-            _require_c(bitset, np.uint64, "cover bitsets")
-            if bitset.ndim != 3 or bitset.shape[1] != src.U or bitset.shape[2] != src.W:
-                raise ValueError(f"combine kernel: cover bitsets of slot {s} must have shape (R, {src.U}, {src.W})")
-            src.cover[s] = <const uint64_t*> cnp.PyArray_DATA(bitset)
-            bitset = covers[1][s]
-            _require_c(bitset, np.int64, "cover row index")
-            if bitset.shape[0] != src.n_rows:
-                raise ValueError(f"combine kernel: cover row index of slot {s} must have {src.n_rows} entries")
-            src.row_index[s] = <const i64*> cnp.PyArray_DATA(bitset)
+        if outer is None:
+            raise ValueError("combine kernel: covers need outer terms")
+        _point_at_covers(&src, covers)
     used = np.zeros(1, dtype=np.int64)
     cdef i64* used_p = <i64*> cnp.PyArray_DATA(used)
     workers = []
@@ -1285,7 +1296,6 @@ def outer_skip_mask(list offs, cnp.ndarray row, cnp.ndarray col, object covers):
     cdef _Worker wk = _Worker()
     cdef int S = len(offs), s
     cdef i64 c, u, n_out = row.shape[1], U = col.shape[1]
-    cdef cnp.ndarray arr
     for s in range(S):
         _require_c(offs[s], np.int64, "offsets")
         src.offs[s] = <const i64*> cnp.PyArray_DATA(offs[s])
@@ -1296,17 +1306,7 @@ def outer_skip_mask(list offs, cnp.ndarray row, cnp.ndarray col, object covers):
     src.outer_col = <const i64*> cnp.PyArray_DATA(col)
     src.n_rows = n_out
     src.U = U
-    if U > 512:
-        raise ValueError("outer_skip_mask: U <= 512")
-    src.W = (U + 63) // 64
-    covers_keep = []
-    for s in range(S):
-        arr = np.ascontiguousarray(covers[0][s], dtype=np.uint64)
-        covers_keep.append(arr)
-        src.cover[s] = <const uint64_t*> cnp.PyArray_DATA(arr)
-        arr = np.ascontiguousarray(covers[1][s], dtype=np.int64)
-        covers_keep.append(arr)
-        src.row_index[s] = <const i64*> cnp.PyArray_DATA(arr)
+    _point_at_covers(&src, covers)
     out = np.zeros((n_out, U), dtype=bool)
     for c in range(n_out):
         if _cell_skips(&src, &wk.buf, c) != 0:
