@@ -279,12 +279,11 @@ for c in np.random.default_rng(0).choice(n_out, min(n_out, 100), replace=False):
 from tensoropt_py.elimination.kernels import combine_outer, outer_skip_mask
 tables, eps = list(zip(offs, mems, tims)), costliest[1][0][5]
 covered = outer_skip_mask(tables, row, col)
-runs = {{}}
+runs, results = {{}}, []
 for mode in ("never", "auto", "never", "auto"):
-    t0 = time.perf_counter(); res = combine_outer(tables, row, col, epsilon=eps, validate=False, skip_covered=mode)
+    t0 = time.perf_counter(); results.append(combine_outer(tables, row, col, epsilon=eps, validate=False, skip_covered=mode))
     runs.setdefault(mode, []).append(time.perf_counter() - t0)
-    same = runs.get("result") is None or all(np.array_equal(a, b) for a, b in zip(res, runs["result"]))
-    runs["result"] = res
+same = all(np.array_equal(a, b) for res in results[1:] for a, b in zip(res, results[0]))
 out(case="terms", combine_seconds=costliest[0], cells=n_out, terms_per_cell=U, slots=S, sampled_cells=min(n_out, 100),
     **counts, frontier_points=points, on_convex_hull=hull, term_points=term_points, dropped_by_buckets=by_buckets,
     covered_skipped=float(covered.mean()), combine_s_without_skipping=runs["never"], combine_s_skipping=runs["auto"],
