@@ -101,6 +101,50 @@ def test_epsilon_guarantee_against_brute_force(cg, eps):
         assert fr.time[-1] == pytest.approx(bf.time[-1], rel=1e-12)
 
 
+def with_memory_offset(cg, offset):
+    """``cg`` with ``offset`` more memory in every config of every node."""
+    nodes = [c + np.array([offset, 0.0]) for c in cg.node_costs]
+    return CostGraph(nodes, list(cg.edges))
+
+
+@settings(max_examples=60)
+@given(small_dags(), st.sampled_from([0.01, 0.1]), st.sampled_from([10.0, 1000.0]))
+def test_epsilon_guarantee_holds_where_the_rest_of_the_graph_dominates_memory(cg, eps, offset):
+    # each node's configs share a large memory offset: a table holds a small share of any whole
+    # strategy's memory, and thinning covers its points within eps of the whole (the rest's
+    # least memory added), yet the bound on the frontier is the same
+    cg = with_memory_offset(cg, offset)
+    bf = brute_force_frontier(cg)
+    for method in METHODS:
+        fr = track(cg, method=method, exact=True, epsilon=eps, threads=1)
+        assert_achievable(cg, fr)
+        bound = fr.memory_bound_factor
+        for m, t in zip(bf.memory, bf.time):
+            assert np.any((fr.time <= t * (1 + 1e-12)) & (fr.memory <= bound * m * (1 + 1e-12))), (m, t, fr.points())
+        assert fr.time[-1] == pytest.approx(bf.time[-1], rel=1e-12)
+
+
+def test_thinning_relative_to_whole_strategies_combines_fewer_points(monkeypatch):
+    from tensoropt_py.elimination.table import Context
+    from tensoropt_py.engine.track import build_working_graph
+
+    cg = with_memory_offset(random_chain(30, 8, seed=3, integer_costs=False), 50.0)
+    g = build_working_graph(cg)
+    bf_least = sum(float(c[:, 0].min()) for c in cg.node_costs) + sum(float(tab[..., 0].min()) for *_, tab in cg._norm)
+    assert g.ctx.graph_least == pytest.approx(bf_least, rel=1e-12)
+    whole = track(cg, exact=True, epsilon=0.01, threads=1, anchors=False)
+    monkeypatch.setattr(Context, "rest_memory", lambda self, parents, eps: 0.0)
+    own = track(cg, exact=True, epsilon=0.01, threads=1, anchors=False)
+    exact = track(cg, exact=True, threads=1)
+    assert whole.memory_bound_factor == own.memory_bound_factor
+    # the tables on the way hold fewer points (the last one, with nothing left to add, thins alike)
+    assert whole.stats["points"] < own.stats["points"] < exact.stats["points"]
+    for fr in (whole, own):
+        assert_achievable(cg, fr)
+        for m, t in zip(exact.memory, exact.time):
+            assert np.any((fr.time <= t) & (fr.memory <= fr.memory_bound_factor * m * (1 + 1e-12)))
+
+
 @settings(max_examples=80)
 @given(small_dags(), st.integers(1, 4), st.sampled_from([1.0, 20.0, 400.0, float("inf")]))
 def test_heuristic_results_are_achievable_and_dominated_by_truth(cg, max_merged_configs, max_step_work):
