@@ -415,6 +415,7 @@ def test_kernel_thinning_matches_reference(raw, eps, rest):
                                      rest_memory=rest)
     kept = prov[:, 0].tolist()
     assert kept == thin_reference(f[:, 0].tolist(), f[:, 1].tolist(), eps, rest)
+    assert kept[0] == 0 and kept[-1] == len(f) - 1  # both ends stay
     # every point dropped has a faster kept one within epsilon of its memory plus the rest's
     for m_i, t_i in f:
         assert any(f[k, 1] <= t_i and f[k, 0] + rest <= (1 + eps) * (m_i + rest) * (1 + 1e-12) for k in kept)
@@ -422,13 +423,14 @@ def test_kernel_thinning_matches_reference(raw, eps, rest):
 
 def test_rest_memory_thins_in_proportion_to_whole_strategies():
     # points 1 apart at memory 10..19: epsilon 0.05 of their own memory keeps all of them, of
-    # memory + 100 (what the rest adds at least) it covers 5.5 or more: every 6th is enough
+    # memory + 100 (what the rest adds at least) it covers 5.5 or more: every 6th is enough,
+    # with the least memory kept as well
     m = np.arange(10.0, 20.0)
     tab = (np.array([0, 10]), m, 20.0 - m)
     _, own, _, _ = combine_ragged([tab], [0, 1], [[0]], epsilon=0.05)
     _, whole, _, _ = combine_ragged([tab], [0, 1], [[0]], epsilon=0.05, rest_memory=100.0)
     assert own.tolist() == m.tolist()
-    assert whole.tolist() == [13.0, 19.0]
+    assert whole.tolist() == [10.0, 13.0, 19.0]
 
 
 def test_combine_validation_errors():

@@ -970,12 +970,13 @@ cdef int _process(Src* src, i64 c0, i64 c1, Buf* B, i64* counts, i64 stair_limit
         if src.eps > 0.0 and n > 1:
             # epsilon thinning, scanning from the min-time end: drop a point when the last
             # kept point (lower time) has memory <= (1 + eps) * its memory + eps * rest, within
-            # eps of the memory of every whole strategy through the dropped point
+            # eps of the memory of every whole strategy through the dropped point; the
+            # min-memory point stays, so the least memory of a cell is exact (and of the run)
             w = start + n - 1
             i = start + n - 2
             while i >= start:
                 lim = (1.0 + src.eps) * B.om[i] + src.eps * src.rest
-                if B.om[w] > lim:
+                if B.om[w] > lim or i == start:
                     w -= 1
                     if w != i:
                         B.om[w] = B.om[i]

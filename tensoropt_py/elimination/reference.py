@@ -49,19 +49,20 @@ def thin_reference(memory, time, epsilon, rest=0.0):
 
     Scans from the minimum-time end and drops a point when the last kept point (lower
     time) has memory at most ``(1 + epsilon)`` times its memory plus ``epsilon * rest``
-    (``rest``: a lower bound of the memory the rest of a graph adds). Returns kept indices.
+    (``rest``: a lower bound of the memory the rest of a graph adds); both ends stay.
+    Returns kept indices.
 
     Examples
     --------
-    >>> thin_reference([1.0, 1.05, 2.0], [3.0, 2.0, 1.0], 0.1)
-    [1, 2]
+    >>> thin_reference([1.0, 1.05, 1.1, 2.0], [3.0, 2.5, 2.0, 1.0], 0.1)
+    [0, 2, 3]
     """
     n = len(memory)
     if n == 0 or epsilon <= 0:
         return list(range(n))
     kept = [n - 1]
     for i in range(n - 2, -1, -1):
-        if memory[kept[-1]] > (1.0 + epsilon) * memory[i] + epsilon * rest:
+        if memory[kept[-1]] > (1.0 + epsilon) * memory[i] + epsilon * rest or i == 0:
             kept.append(i)
     return kept[::-1]
 

@@ -152,7 +152,7 @@ def thin(points, epsilon, return_index=False):
     """Epsilon-thin a frontier: keep a subset that (1+epsilon)-covers it in memory.
 
     Every dropped point (m, t) has a kept point (m', t') with ``t' < t`` and
-    ``m' <= (1 + epsilon) * m``; the minimum-time point is always kept.
+    ``m' <= (1 + epsilon) * m``; the minimum-time and the minimum-memory points are always kept.
 
     Parameters
     ----------
@@ -162,8 +162,8 @@ def thin(points, epsilon, return_index=False):
 
     Examples
     --------
-    >>> thin([[1.0, 3.0], [1.05, 2.0], [2.0, 1.0]], 0.1).tolist()
-    [[1.05, 2.0], [2.0, 1.0]]
+    >>> thin([[1.0, 3.0], [1.05, 2.5], [1.1, 2.0], [2.0, 1.0]], 0.1).tolist()
+    [[1.0, 3.0], [1.1, 2.0], [2.0, 1.0]]
     """
     epsilon = check_epsilon(epsilon)
     arr, idx = reduce(points, return_index=True)

@@ -35,8 +35,9 @@ Guarantees
   exact frontier of all strategies; with heuristic steps it is the frontier of the
   strategies that agree with the heuristic decisions of that run (the configs fixed, the
   configs kept). Returned points stay
-  exactly achievable (thinning only drops points), and the minimum-time point of the
-  reference is always kept. The measured loss is far below the bound (see
+  exactly achievable (thinning only drops points), and the minimum-time and the
+  minimum-memory points of the reference are always kept (every thinning step keeps both
+  ends of each cell). The measured loss is far below the bound (see
   ``benchmarks/bench_engine.py``).
 * ``epsilon="auto"`` (the default unless ``exact=True``): epsilon is 0 until a combine
   outputs a cell of more than ``AUTO_EPSILON_CELL_POINTS`` points, and ``AUTO_EPSILON`` from
