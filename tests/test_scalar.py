@@ -213,3 +213,26 @@ def test_repeated_reductions_are_reused_and_change_nothing(seed, monkeypatch):
         assert with_memo < len(calls)
         assert (opt.value, opt.memory, opt.time) == (ref.value, ref.memory, ref.time)
         assert opt.value == pytest.approx(_frontier_min(bf, lam), rel=1e-12)
+
+
+@pytest.mark.parametrize("lam", [0.0, 0.5, np.inf])
+def test_a_node_coupling_more_than_numpy_dimensions_is_eliminated_exactly(lam):
+    # a hub whose 40 edges see only its configs (one layout class on the spoke side): its
+    # elimination couples all 40 spokes, far more axes than NumPy broadcasts; each spoke has
+    # one class there, so the factor left behind need not span them. Given the hub's config
+    # the spokes are independent, which gives the optimum to compare with
+    rng = np.random.default_rng(7)
+    n = 40
+    nodes = [rng.random((3, 2))] + [rng.random((2, 2)) for _ in range(n)]
+    tables = [rng.random((3, 1, 2)) for _ in range(n)]
+    cg = CostGraph(nodes, [(0, i + 1, LayoutEdge([0, 1, 2], [0, 0], tables[i])) for i in range(n)])
+    opt = min_sum(cg, lam)
+    _check(cg, opt, lam)
+
+    def weigh(c):
+        return c[..., 0] if np.isinf(lam) else c[..., 1] + lam * c[..., 0]
+
+    best = min(weigh(nodes[0][h]) + sum(weigh(nodes[i + 1]).min() + weigh(tables[i][h, 0]) for i in range(n))
+               for h in range(3))
+    got = opt.memory if np.isinf(lam) else opt.value
+    assert got == pytest.approx(best, rel=1e-12)

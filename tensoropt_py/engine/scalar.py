@@ -322,6 +322,11 @@ def _eliminate(cg, lam, max_entries, numeric):
         for z in scope:
             cols = np.stack([factors[f][1][factors[f][0].index(z)] for f in fids if z in factors[f][0]], axis=1)
             rep[z], inv[z] = unique_rows(cols)
+        # a node of one class in these factors (all its configs alike to them) does not shape
+        # the new factor and is left out of it: NumPy broadcasts at most 32 dimensions, and a
+        # wide fan-out screened down to a few configs can couple more nodes than that
+        apart = [z for z in scope[1:] if rep[z].shape[0] == 1]
+        scope = [z for z in scope if z == x or rep[z].shape[0] > 1]
         shape = [rep[z].shape[0] for z in scope]
         out_size = math.prod(shape[1:])
         work += out_size * shape[0]
@@ -337,9 +342,11 @@ def _eliminate(cg, lam, max_entries, numeric):
             fv, maps, tab = factors.pop(f)
             if numeric:
                 sub = tab[np.ix_(*[maps[a][rep[z]] for a, z in enumerate(fv)])]
-                pos = [scope.index(z) for z in fv]
-                sub = sub.transpose(list(np.argsort(pos)) + [len(fv)])
-                sub = sub.reshape([shape[q] if scope[q] in fv else 1 for q in range(len(scope))] + [width])
+                fk = [z for z in fv if z in scope]
+                sub = sub.reshape([rep[z].shape[0] for z in fk] + [width])  # without the one-class axes
+                pos = [scope.index(z) for z in fk]
+                sub = sub.transpose(list(np.argsort(pos)) + [len(fk)])
+                sub = sub.reshape([shape[q] if scope[q] in fk else 1 for q in range(len(scope))] + [width])
                 subs.append([np.ascontiguousarray(sub[..., c]) for c in range(width)])
             for z in fv:
                 if z != x:
@@ -359,8 +366,10 @@ def _eliminate(cg, lam, max_entries, numeric):
             next_id += 1
         else:
             total = total + red
+        for z in apart:
+            nbrs[z].discard(x)
         alive.discard(x)
-        refresh(others)
+        refresh(others + tuple(apart))
         nbrs[x] = set()
         of_var[x] = set()
     if not numeric:
