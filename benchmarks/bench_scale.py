@@ -25,14 +25,6 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   without skipping them;
 * ``transformer16_skip``: the default ``track`` of ``transformer16_track`` with and without the
   kernel skipping covered outer terms (``skip_covered``), twice each, alternated;
-* ``thinning``: the default ``track`` with epsilon thinning measured against whole strategies
-  (the engine's rule: a table's point may go when a kept faster one has at most ``(1 + eps) m
-  + eps r`` of memory, ``r`` the least memory the rest of the graph adds) and against each
-  table's own points (``r = 0``), alternated in one process, on the graphs of
-  ``--thinning-graphs``: the Transformer@16 (default), the Llama-8B-shaped model and the
-  Mixtral-shaped one with recomputation, sharded optimizer state and bf16-mixed (both at 32
-  devices of ``h100-4x8``), the zoo RNN and WideResNet at 16 devices of ``v100-2x8``: seconds, points, the points output by all its combines, the proven bounds, and each
-  frontier's gaps to the other (time lost at equal memory, min(time + lam * memory));
 * ``transformer16_outside``: whether bounds on the rest of the graph could drop the points of
   that case's tables early (``transformer16_track`` first): 40 sampled cells of each node
   elimination's output of 40,000 points or more, and for each point whether every strategy
@@ -111,11 +103,10 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   ``min_sum``) its gap to the relaxation lower bound after descent (``end_gaps``), with the
   points the descents added and the largest fall of min(time + lam * memory) they gave.
 
-Usage: python benchmarks/bench_scale.py [--cases transformer16_track transformer16_skip thinning transformer16_limits transformer16_terms transformer16_outside
+Usage: python benchmarks/bench_scale.py [--cases transformer16_track transformer16_skip transformer16_limits transformer16_terms transformer16_outside
        transformer16_parts fastest threads cyclic interval_peak iopddl candidates candidates_full mesh_loss paper16 llama mixtral] [--timeout 600] [--threads 1 2] [--thread-devices 8] [--max-memory 4e9]
        [--candidate-graphs 1x16] [--paper-models wide_resnet rnn] [--paper-uncapped] [--llama-devices 32 64]
        [--llama-layers 32] [--llama-loss]
-       [--thinning-graphs transformer16 llama32 mixtral32 rnn16 wide_resnet16]
 """
 
 from __future__ import annotations
@@ -644,53 +635,6 @@ for name in {paper_models}:
         out(case="paper16_uncapped", model=name, seconds=time.perf_counter() - t3, points=len(free),
             heuristic=free.n_heuristic, capped_vs_uncapped=gaps(fr, free), uncapped_vs_capped=gaps(free, fr))
 """,
-    "thinning": r"""
-# epsilon thinning against whole strategies (each step's slack on m + the least memory the rest
-# of the graph adds, the engine's rule) and against each table's own points (the rest taken as 0),
-# in one process, alternated: seconds, points, output points of all combines, and the frontiers'
-# gaps to each other (time lost at equal memory, min(time + lam * memory))
-import warnings
-from tensoropt_py.elimination.table import Context
-from tensoropt_py.errors import SearchSpaceWarning
-warnings.simplefilter("ignore", SearchSpaceWarning)
-whole_rule = Context.rest_memory
-def own_rule(self, parents, eps):
-    return 0.0
-def llama():
-    g = import_causal_lm("Llama", 32, 2048, num_hidden_layers=32, hidden_size=4096, num_attention_heads=32,
-                         num_key_value_heads=8, intermediate_size=14336, vocab_size=128256, max_position_embeddings=2048)
-    return build_cost_graph(g, to.Cluster.preset("h100-4x8"), 32).cost_graph
-def mixtral():
-    from tensoropt_py.cost.training import check_training_options
-    g = import_causal_lm("Mixtral", 32, 4096, num_hidden_layers=32, hidden_size=4096, num_attention_heads=32,
-                         num_key_value_heads=8, intermediate_size=14336, vocab_size=32000, num_local_experts=8,
-                         num_experts_per_tok=2, max_position_embeddings=4096)
-    cl = to.Cluster.preset("h100-4x8")
-    return build_cost_graph(g, cl, 32, training=check_training_options(True, True, "bf16-mixed", cluster=cl)).cost_graph
-def zoo16(name):
-    return lambda: build_cost_graph(getattr(zoo, name)(), to.Cluster.preset("v100-2x8"), 16).cost_graph
-makers = dict(transformer16=zoo16("transformer"), llama32=llama, mixtral32=mixtral, rnn16=zoo16("rnn"),
-              wide_resnet16=zoo16("wide_resnet"))
-graphs = [(name, makers[name]) for name in {thinning_graphs}]
-for name, make in graphs:
-    cg = make()
-    runs = {{}}
-    for rule in ("own", "whole", "own", "whole"):
-        Context.rest_memory = whole_rule if rule == "whole" else own_rule
-        t0 = time.perf_counter(); fr = track(cg, max_memory={max_memory}); s = time.perf_counter() - t0
-        runs.setdefault(rule, []).append((s, fr))
-    Context.rest_memory = whole_rule
-    own, whole = runs["own"][-1][1], runs["whole"][-1][1]
-    out(case="thinning", graph=name, seconds_own=[round(s, 2) for s, _ in runs["own"]],
-        seconds_whole=[round(s, 2) for s, _ in runs["whole"]], points_own=len(own), points_whole=len(whole),
-        combined_points_own=own.stats["points"], combined_points_whole=whole.stats["points"],
-        bound_own=own.memory_bound_factor, bound_whole=whole.memory_bound_factor,
-        heuristic_own=own.n_heuristic, heuristic_whole=whole.n_heuristic,
-        work_capped_own=own.stats.get("work_capped", 0), work_capped_whole=whole.stats.get("work_capped", 0),
-        fastest_own=float(own.time[-1]), fastest_whole=float(whole.time[-1]),
-        smallest_own=float(own.memory[0]), smallest_whole=float(whole.memory[0]),
-        whole_vs_own=gaps(whole, own), own_vs_whole=gaps(own, whole))
-""",
     "mixtral": r"""
 import resource, warnings
 from tensoropt_py.errors import SearchSpaceWarning
@@ -756,9 +700,6 @@ def main(argv=None):
                     help="LAYERSxDEVICES of the Transformers of the candidates case, comma-separated")
     ap.add_argument("--candidate-counts", type=int, nargs="+", default=[4, 1],
                     help="configs per weight (candidates=r) of the candidates_full case")
-    ap.add_argument("--thinning-graphs", nargs="+", default=["transformer16"],
-                    choices=("transformer16", "llama32", "mixtral32", "rnn16", "wide_resnet16"),
-                    help="graphs of the thinning case")
     args = ap.parse_args(argv)
     presets = {32: "h100-4x8", 64: "h100-8x8"}
     for case in args.cases:
@@ -768,7 +709,7 @@ def main(argv=None):
             llama_runs=tuple((presets[n], n) for n in args.llama_devices),
             candidate_graphs=[tuple(map(int, x.split("x"))) for x in args.candidate_graphs.split(",")],
             candidate_counts=list(args.candidate_counts), paper_models=list(args.paper_models),
-            paper_uncapped=bool(args.paper_uncapped), thinning_graphs=list(args.thinning_graphs))
+            paper_uncapped=bool(args.paper_uncapped))
         print(f"# {case}", flush=True)
         run(code, args.timeout)
 

@@ -68,11 +68,11 @@ def random_job(seed, integer, rounding=False):
 
 @settings(max_examples=150)
 @given(st.integers(0, 10**6), st.booleans(), st.sampled_from([0.0, 0.0, 0.01, 0.2]),
-       st.sampled_from(["auto", "heap", "staircase"]), st.sampled_from([0.0, 0.0, 3.0, 40.0]))
-def test_combine_matches_reference(seed, integer, eps, merge, rest):
+       st.sampled_from(["auto", "heap", "staircase"]))
+def test_combine_matches_reference(seed, integer, eps, merge):
     tables, term_off, cells = random_job(seed, integer)
-    got = combine_ragged(tables, term_off, cells, epsilon=eps, threads=1, merge=merge, rest_memory=rest)
-    exp = combine_reference(tables, term_off, cells, epsilon=eps, rest=rest)
+    got = combine_ragged(tables, term_off, cells, epsilon=eps, threads=1, merge=merge)
+    exp = combine_reference(tables, term_off, cells, epsilon=eps)
     for g, e in zip(got, exp):
         assert np.array_equal(g, e)
 
@@ -237,9 +237,8 @@ def test_shifted_memories_that_round_together_keep_the_faster_point():
 
 
 @settings(max_examples=100)
-@given(st.integers(0, 10**6), st.booleans(), st.sampled_from([0.0, 0.01]), st.sampled_from(["auto", "heap", "staircase"]),
-       st.sampled_from([0.0, 25.0]))
-def test_outer_terms_match_the_reference_on_written_out_terms(seed, integer, eps, merge, rest):
+@given(st.integers(0, 10**6), st.booleans(), st.sampled_from([0.0, 0.01]), st.sampled_from(["auto", "heap", "staircase"]))
+def test_outer_terms_match_the_reference_on_written_out_terms(seed, integer, eps, merge):
     rng = np.random.default_rng(seed)
     S = int(rng.integers(1, 5))
     tables = [random_table(rng, int(rng.integers(1, 8)), int(rng.integers(1, 7)), integer) for _ in range(S)]
@@ -252,8 +251,8 @@ def test_outer_terms_match_the_reference_on_written_out_terms(seed, integer, eps
         col[s] = rng.integers(0, n_cells - split + 1, size=U)
     term_off = np.arange(n_out + 1) * U
     cells = (row.T[:, None, :] + col.T[None, :, :]).reshape(n_out * U, S)
-    got = combine_outer(tables, row, col, epsilon=eps, threads=int(rng.integers(1, 3)), merge=merge, rest_memory=rest)
-    exp = combine_reference(tables, term_off, cells, epsilon=eps, rest=rest)
+    got = combine_outer(tables, row, col, epsilon=eps, threads=int(rng.integers(1, 3)), merge=merge)
+    exp = combine_reference(tables, term_off, cells, epsilon=eps)
     for g, e in zip(got, exp):
         assert np.array_equal(g, e)
 
@@ -408,29 +407,16 @@ def test_reduce_ragged_matches_reference(groups):
 
 @settings(max_examples=60)
 @given(st.lists(st.tuples(st.floats(1, 100), st.floats(0, 100)), min_size=1, max_size=30),
-       st.sampled_from([0.01, 0.1, 1.0]), st.sampled_from([0.0, 10.0, 500.0]))
-def test_kernel_thinning_matches_reference(raw, eps, rest):
+       st.sampled_from([0.01, 0.1, 1.0]))
+def test_kernel_thinning_matches_reference(raw, eps):
     f = reduce(np.array(raw))
-    off, m, t, prov = combine_ragged([(np.array([0, len(f)]), f[:, 0], f[:, 1])], [0, 1], [[0]], epsilon=eps,
-                                     rest_memory=rest)
+    off, m, t, prov = combine_ragged([(np.array([0, len(f)]), f[:, 0], f[:, 1])], [0, 1], [[0]], epsilon=eps)
     kept = prov[:, 0].tolist()
-    assert kept == thin_reference(f[:, 0].tolist(), f[:, 1].tolist(), eps, rest)
+    assert kept == thin_reference(f[:, 0].tolist(), f[:, 1].tolist(), eps)
     assert kept[0] == 0 and kept[-1] == len(f) - 1  # both ends stay
-    # every point dropped has a faster kept one within epsilon of its memory plus the rest's
+    # every point dropped has a faster kept one within epsilon of its memory
     for m_i, t_i in f:
-        assert any(f[k, 1] <= t_i and f[k, 0] + rest <= (1 + eps) * (m_i + rest) * (1 + 1e-12) for k in kept)
-
-
-def test_rest_memory_thins_in_proportion_to_whole_strategies():
-    # points 1 apart at memory 10..19: epsilon 0.05 of their own memory keeps all of them, of
-    # memory + 100 (what the rest adds at least) it covers 5.5 or more: every 6th is enough,
-    # with the least memory kept as well
-    m = np.arange(10.0, 20.0)
-    tab = (np.array([0, 10]), m, 20.0 - m)
-    _, own, _, _ = combine_ragged([tab], [0, 1], [[0]], epsilon=0.05)
-    _, whole, _, _ = combine_ragged([tab], [0, 1], [[0]], epsilon=0.05, rest_memory=100.0)
-    assert own.tolist() == m.tolist()
-    assert whole.tolist() == [10.0, 13.0, 19.0]
+        assert any(f[k, 1] <= t_i and f[k, 0] <= (1 + eps) * m_i * (1 + 1e-12) for k in kept)
 
 
 def test_combine_validation_errors():
@@ -445,6 +431,3 @@ def test_combine_validation_errors():
         combine_ragged([tab] * (MAX_SLOTS + 1), [0, 1], [[0] * (MAX_SLOTS + 1)])
     with pytest.raises(InvalidInputError, match="threads"):
         combine_ragged([tab], [0, 1], [[0]], threads=0)
-    for bad in (-1.0, float("nan"), float("inf"), "x", True):
-        with pytest.raises(InvalidInputError, match="rest_memory"):
-            combine_ragged([tab], [0, 1], [[0]], epsilon=0.1, rest_memory=bad)

@@ -92,7 +92,6 @@ cdef struct Src:
     i64 n_rows
     i64 U
     double eps
-    double rest  # least memory the rest of the graph adds to any output point (thinning)
     bint filter_cells  # the cells hold enough candidate points on average to look at each
     # covered outer terms (see _cell_skips): per slot, cover bitsets of its distinct row values
     # and each output cell's index among them; NULL cover[0]: every term is visited
@@ -969,13 +968,12 @@ cdef int _process(Src* src, i64 c0, i64 c1, Buf* B, i64* counts, i64 stair_limit
         n = B.n - start
         if src.eps > 0.0 and n > 1:
             # epsilon thinning, scanning from the min-time end: drop a point when the last
-            # kept point (lower time) has memory <= (1 + eps) * its memory + eps * rest, within
-            # eps of the memory of every whole strategy through the dropped point; the
-            # min-memory point stays, so the least memory of a cell is exact (and of the run)
+            # kept point (lower time) has memory <= (1 + eps) * its memory; the min-memory
+            # point stays, so the least memory of a cell is exact (and of the run)
             w = start + n - 1
             i = start + n - 2
             while i >= start:
-                lim = (1.0 + src.eps) * B.om[i] + src.eps * src.rest
+                lim = (1.0 + src.eps) * B.om[i]
                 if B.om[w] > lim or i == start:
                     w -= 1
                     if w != i:
@@ -1143,8 +1141,7 @@ cdef int _point_at_covers(Src* src, object covers) except -1:
 
 def combine_kernel(list offs, list mems, list tims, cnp.ndarray term_off, object term_cells,
                    double eps, object chunk_bounds, object executor=None, i64 stair_limit=STAIR_LIMIT,
-                   object outer=None, i64 max_bytes=-1, bint prov32=False, object covers=None,
-                   double rest=0.0):
+                   object outer=None, i64 max_bytes=-1, bint prov32=False, object covers=None):
     """Run the combine kernel (no validation: call it through ``kernels.combine_ragged``).
 
     Parameters
@@ -1179,10 +1176,6 @@ def combine_kernel(list offs, list mems, list tims, cnp.ndarray term_off, object
         With ``outer``: per slot, :func:`cover_bitsets` of its distinct row values and the
         index of each output cell's row among them (int64, n_out); the terms they prove
         covered are skipped (``U <= 512``). The result is the same without them.
-    rest : float
-        With ``eps``: a lower bound (>= 0) of the memory that the rest of the graph adds to
-        any output point; a point is thinned when a kept faster one has memory at most
-        ``(1 + eps) * m + eps * rest``.
 
     Returns
     -------
@@ -1226,7 +1219,6 @@ def combine_kernel(list offs, list mems, list tims, cnp.ndarray term_off, object
         src.n_rows = row.shape[1]
         src.U = col.shape[1]
     src.eps = eps
-    src.rest = rest
     src.filter_cells = _filter_worth_it(offs, term_off)
     for s in range(MAXS):
         src.cover[s] = NULL

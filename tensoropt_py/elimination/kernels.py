@@ -86,8 +86,7 @@ def _chunk_bounds(term_off, n_out, threads, work_per_term=1.0):
     return sorted(set([0, *cuts.tolist(), n_out]))
 
 
-def combine_ragged(tables, term_off, term_cells, epsilon=0.0, threads=1, validate=True, merge: Merge = "auto",
-                   rest_memory=0.0):
+def combine_ragged(tables, term_off, term_cells, epsilon=0.0, threads=1, validate=True, merge: Merge = "auto"):
     """Batched product + union + reduce of ragged frontier tables (compiled).
 
     A *table* is a ragged set of frontiers, one per cell, in CSR form
@@ -117,12 +116,6 @@ def combine_ragged(tables, term_off, term_cells, epsilon=0.0, threads=1, validat
         a k-way heap merge, ``"auto"`` the first while the cell's frontier stays within
         ``_kernels.STAIR_LIMIT`` points and its work within ``_kernels.HEAP_WORK_FACTOR``
         times the heap's estimate, else the second. The result does not depend on it.
-    rest_memory : float
-        With ``epsilon``: a lower bound (>= 0) of the memory that what is not combined yet
-        adds to every output point (the rest of a graph). A point ``(m, t)`` is thinned when
-        a kept point is faster with memory at most ``(1 + epsilon) * m + epsilon *
-        rest_memory``: within ``epsilon`` of the memory of every completion of it. 0: of
-        ``m`` itself.
 
     Returns
     -------
@@ -147,7 +140,7 @@ def combine_ragged(tables, term_off, term_cells, epsilon=0.0, threads=1, validat
     term_cells = np.ascontiguousarray(term_cells, dtype=np.int64)
     if term_cells.ndim == 1 and term_cells.size == 0:
         term_cells = term_cells.reshape(0, S)
-    eps, threads, stair_limit, rest = _parse_options(epsilon, threads, merge, rest_memory)
+    eps, threads, stair_limit = _parse_options(epsilon, threads, merge)
     if validate:
         if term_off.ndim != 1 or term_off.shape[0] < 1 or term_off[0] != 0 or np.any(np.diff(term_off) < 0):
             raise InvalidInputError("term_off must be non-decreasing CSR offsets starting at 0")
@@ -160,11 +153,11 @@ def combine_ragged(tables, term_off, term_cells, epsilon=0.0, threads=1, validat
             n_cells = offs[s].shape[0] - 1
             if col.size and (col.max() >= n_cells or col.min() < -1):
                 raise InvalidInputError(f"term_cells[:, {s}] must be in [-1, {n_cells}), got values outside")
-    return run_kernel(offs, mems, tims, term_off, term_cells, eps, threads, stair_limit, rest=rest)
+    return run_kernel(offs, mems, tims, term_off, term_cells, eps, threads, stair_limit)
 
 
 def combine_outer(tables, row, col, epsilon=0.0, threads=1, validate=True, merge: Merge = "auto",
-                  skip_covered: SkipCovered = "auto", rest_memory=0.0):
+                  skip_covered: SkipCovered = "auto"):
     """:func:`combine_ragged` for terms that are sums: output cell ``c`` has ``U`` terms, and
     term ``u`` takes cell ``row[s, c] + col[s, u]`` of table ``s`` (compiled; the terms are
     never written out).
@@ -181,7 +174,7 @@ def combine_outer(tables, row, col, epsilon=0.0, threads=1, validate=True, merge
     row : array_like of int, shape (S, n_out)
     col : array_like of int, shape (S, U)
         Every sum ``row[s, c] + col[s, u]`` must be a cell of table ``s``.
-    epsilon, threads, validate, merge, rest_memory
+    epsilon, threads, validate, merge
         As for :func:`combine_ragged`.
     skip_covered : {"auto", "always", "never"}
         Skip the terms :func:`outer_skip_mask` proves contribute nothing: where checking
@@ -200,14 +193,13 @@ def combine_outer(tables, row, col, epsilon=0.0, threads=1, validate=True, merge
     ([0, 2], [1.5, 2.5], [5.0, 4.0])
     """
     offs, mems, tims = _parse_tables(tables, validate, "combine_outer")
-    eps, threads, stair_limit, rest = _parse_options(epsilon, threads, merge, rest_memory)
+    eps, threads, stair_limit = _parse_options(epsilon, threads, merge)
     row, col = _parse_outer(offs, row, col, validate)
     n_out, U = row.shape[1], col.shape[1]
     if skip_covered not in _SKIP_COVERED:
         raise InvalidInputError(f"skip_covered must be one of {_SKIP_COVERED}, got {skip_covered!r}")
     term_off = np.arange(n_out + 1, dtype=np.int64) * U
-    return run_kernel(offs, mems, tims, term_off, None, eps, threads, stair_limit, (row, col), skip_covered=skip_covered,
-                      rest=rest)
+    return run_kernel(offs, mems, tims, term_off, None, eps, threads, stair_limit, (row, col), skip_covered=skip_covered)
 
 
 def outer_skip_mask(tables, row, col, threads=1, validate=True):
@@ -267,7 +259,7 @@ def _parse_outer(offs, row, col, validate):
 
 
 def run_kernel(offs, mems, tims, term_off, term_cells, eps, threads, stair_limit=_STAIR_LIMITS["auto"], outer=None,
-               max_bytes=None, prov32=False, skip_covered: SkipCovered = "auto", rest=0.0):
+               max_bytes=None, prov32=False, skip_covered: SkipCovered = "auto"):
     """The compiled kernel on checked, contiguous inputs, its output cells split into chunks of
     about equal work for ``threads`` threads (internal: :func:`combine_ragged`,
     :func:`combine_outer` and the engine's tables call it). ``max_bytes``: most bytes its
@@ -275,15 +267,14 @@ def run_kernel(offs, mems, tims, term_off, term_cells, eps, threads, stair_limit
     before the memory is taken. ``prov32``: provenance as int32 (every parent has fewer
     than 2**31 points). ``skip_covered``: whether outer terms that :func:`outer_skip_mask`
     proves covered are skipped (``"auto"``: where checking their cells pays; the result is
-    the same). ``rest``: see ``rest_memory`` of :func:`combine_ragged`."""
+    the same)."""
     work = max(float(o[-1]) / max(o.shape[0] - 1, 1) for o in offs)
     bounds = _chunk_bounds(term_off, term_off.shape[0] - 1, threads, work)
     covers = None
     if outer is not None and skip_covered != "never" and 2 <= outer[1].shape[1] <= _MAX_COVER_TERMS and outer[0].shape[1]:
         covers = _cover_tables(offs, mems, tims, *outer, threads, always=skip_covered == "always", max_bytes=max_bytes)
     return _kernels.combine_kernel(offs, mems, tims, term_off, term_cells, eps, bounds, _executor(threads), stair_limit,
-                                   outer, -1 if max_bytes is None else max(int(max_bytes), 0), bool(prov32), covers,
-                                   float(rest))
+                                   outer, -1 if max_bytes is None else max(int(max_bytes), 0), bool(prov32), covers)
 
 
 #: Cover checks per candidate point of the terms below which checking a call's cells pays
@@ -344,17 +335,11 @@ def _parse_tables(tables, validate, who):
     return offs, mems, tims
 
 
-def _parse_options(epsilon, threads, merge, rest_memory):
-    """``(epsilon, threads, stair_limit, rest)`` of the kernel from the public options."""
+def _parse_options(epsilon, threads, merge):
+    """``(epsilon, threads, stair_limit)`` of the kernel from the public options."""
     if merge not in _STAIR_LIMITS:
         raise InvalidInputError(f"merge must be one of {sorted(_STAIR_LIMITS)}, got {merge!r}")
-    try:
-        rest = float(rest_memory)
-    except (TypeError, ValueError):
-        raise InvalidInputError(f"rest_memory must be a finite float >= 0, got {rest_memory!r}") from None
-    if isinstance(rest_memory, bool) or not np.isfinite(rest) or rest < 0:
-        raise InvalidInputError(f"rest_memory must be a finite float >= 0, got {rest_memory!r}")
-    return check_epsilon(epsilon), resolve_threads(threads), _STAIR_LIMITS[merge], rest
+    return check_epsilon(epsilon), resolve_threads(threads), _STAIR_LIMITS[merge]
 
 
 def _check_table(o, m, t, s):

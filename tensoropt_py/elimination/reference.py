@@ -44,13 +44,12 @@ def reduce_reference(memory, time):
     return kept
 
 
-def thin_reference(memory, time, epsilon, rest=0.0):
+def thin_reference(memory, time, epsilon):
     """Epsilon thinning of a frontier (memory ascending, time strictly descending).
 
     Scans from the minimum-time end and drops a point when the last kept point (lower
-    time) has memory at most ``(1 + epsilon)`` times its memory plus ``epsilon * rest``
-    (``rest``: a lower bound of the memory the rest of a graph adds); both ends stay.
-    Returns kept indices.
+    time) has memory at most ``(1 + epsilon)`` times its memory; both ends stay. Returns
+    kept indices.
 
     Examples
     --------
@@ -62,12 +61,12 @@ def thin_reference(memory, time, epsilon, rest=0.0):
         return list(range(n))
     kept = [n - 1]
     for i in range(n - 2, -1, -1):
-        if memory[kept[-1]] > (1.0 + epsilon) * memory[i] + epsilon * rest or i == 0:
+        if memory[kept[-1]] > (1.0 + epsilon) * memory[i] or i == 0:
             kept.append(i)
     return kept[::-1]
 
 
-def combine_reference(tables, term_off, term_cells, epsilon=0.0, rest=0.0):
+def combine_reference(tables, term_off, term_cells, epsilon=0.0):
     """Reference of the combine kernel.
 
     Parameters
@@ -76,8 +75,7 @@ def combine_reference(tables, term_off, term_cells, epsilon=0.0, rest=0.0):
         The ``S`` parent frontier tables (each cell a frontier).
     term_off : array of int, shape (n_out + 1,)
     term_cells : array of int, shape (n_terms, S); ``-1`` = slot absent from the term.
-    epsilon, rest : float
-        Thinning, as :func:`thin_reference`.
+    epsilon : float
 
     Returns
     -------
@@ -139,7 +137,7 @@ def combine_reference(tables, term_off, term_cells, epsilon=0.0, rest=0.0):
         km = [cand_m[i] for i in kept]
         kt = [cand_t[i] for i in kept]
         kp = [cand_p[i] for i in kept]
-        th = thin_reference(km, kt, epsilon, rest)
+        th = thin_reference(km, kt, epsilon)
         out_m.extend(km[i] for i in th)
         out_t.extend(kt[i] for i in th)
         out_p.extend(kp[i] for i in th)

@@ -14,8 +14,7 @@ provenance (int32 where it fits) is kept for unroll.
 Memo: model graphs repeat identical layers, whose eliminations combine tables with
 identical *content* (other node/edge ids, same costs, same maps, same term lists).
 :meth:`Context._combine_raw` keys every sizeable combine on a hash of its inputs (the
-parents' digests, term offsets and cells, epsilon and the least memory the rest of the
-graph adds) and reuses an earlier result for a
+parents' digests, term offsets and cells, epsilon) and reuses an earlier result for a
 repeated key: the output costs are the same, and its provenance (point indices into
 parents of identical content) is valid for the new parents, so unroll is unaffected. A
 leaf's digest hashes its points; a combine's output is digested by its key, which
@@ -66,11 +65,9 @@ class ExactBudgetSpent(Exception):
 class FTable:
     """A ragged frontier table (internal)."""
 
-    __slots__ = ("id", "offsets", "mem", "time", "parents", "prov", "leaf", "options", "depth", "pieces", "_maxc", "pinned", "_digest", "same", "ctx",
-                 "least")
+    __slots__ = ("id", "offsets", "mem", "time", "parents", "prov", "leaf", "options", "depth", "pieces", "_maxc", "pinned", "_digest", "same", "ctx")
 
-    def __init__(self, offsets, mem, time, parents=(), prov=None, leaf=None, options=None, depth=0, pieces=None,
-                 least=None):
+    def __init__(self, offsets, mem, time, parents=(), prov=None, leaf=None, options=None, depth=0, pieces=None):
         self.id = -1
         self.offsets = offsets
         self.mem = mem
@@ -86,17 +83,6 @@ class FTable:
         self._digest = None
         self.same = None  # a table of the same arrays (an edge leaf shared by edges): its digest is this one's
         self.ctx = None  # the Context that registered it (memory accounting)
-        # the least memory of the nodes and edges summed into this table, each on its own (a
-        # leaf's least point; a combine's, the sum of its parents'; pieces of one combine share
-        # their parents): no point has less
-        if least is None:
-            if leaf is not None:
-                least = float(np.min(mem)) if mem.size else 0.0
-            elif pieces is not None:
-                least = pieces[0].least if pieces else 0.0
-            else:
-                least = float(sum(p.least for p in self.parents))
-        self.least = least
 
     def digest(self):
         """Hash that determines the content (offsets and costs; not provenance): of the content
@@ -161,12 +147,6 @@ class Context:
     combine that would bring the exact terms combined past ``max_terms`` raises
     :class:`ExactBudgetSpent` before it runs, with its number and the terms it would have
     reached (the caller starts over, thinned from the first step).
-
-    ``graph_least``: the least memory of the whole graph, each node and edge on its own (the
-    sum of its leaves' least points; :func:`~tensoropt_py.engine.track.build_working_graph`
-    sets it once every leaf is made), or None. With it, a thinned combine covers each point
-    it drops within epsilon of the memory of every whole strategy through that point, not
-    of the point's own (see :meth:`rest_memory`).
     """
 
     def __init__(self, epsilon=0.0, threads=1, max_bytes=None, switch=None):
@@ -187,19 +167,6 @@ class Context:
         self._collected_at = 0  # held_bytes after the last collect()
         self.peak_bytes = 0
         self._leaf_cache = {}
-        self.graph_least = None
-
-    def rest_memory(self, parents, eps):
-        """The least memory that the rest of the graph (what the tables ``parents`` do not
-        hold) adds to any point of their combine: thinned with ``eps``, a dropped point's cover
-        then has at most ``(1 + eps) * m + eps * rest`` of memory, within ``eps`` of every
-        whole strategy through it (whose memory is at least ``m + rest``). 0 without
-        ``graph_least`` or thinning."""
-        if eps == 0.0 or self.graph_least is None:
-            return 0.0
-        # summed in another order than graph_least: a relative 1e-9 less stays a lower bound
-        rest = (self.graph_least - sum(p.least for p in parents)) * (1.0 - 1e-9)
-        return rest if np.isfinite(rest) and rest > 0.0 else 0.0
 
     def register(self, tab, count=True):
         tab.id = len(self.tables)
@@ -319,7 +286,7 @@ class Context:
         key = table_key(table)
         first = self._leaf_cache.get(key)
         if first is not None:
-            tab = FTable(first.offsets, first.mem, first.time, leaf=("edge", e), options=first.options, least=first.least)
+            tab = FTable(first.offsets, first.mem, first.time, leaf=("edge", e), options=first.options)
             tab.same = first
             return self.register(tab, count=False)
         tab = self._leaf_cache[key] = self._edge_leaf(e, table)
@@ -405,7 +372,7 @@ class Context:
         self.stats["memo_hits"] += 1
         return self.register(_derived(FTable(off, m, t, parents, prov, depth=depth), key))
 
-    def _run_kernel(self, parents, term_off, term_cells, eps, outer, rest):
+    def _run_kernel(self, parents, term_off, term_cells, eps, outer):
         """The kernel call, within what ``max_bytes`` leaves: its buffers may take the rest
         (its output arrays fill as they are freed). Past that, the memo is emptied and the
         call tried once more before :class:`MemoryLimitError` is raised, so a combine that
@@ -418,7 +385,7 @@ class Context:
             used = self.held_bytes + self._memo_bytes
             budget = None if self.max_bytes is None else self.max_bytes - used
             try:
-                return run_kernel(*args, outer=outer, max_bytes=budget, prov32=prov32, rest=rest)
+                return run_kernel(*args, outer=outer, max_bytes=budget, prov32=prov32)
             except KernelBudgetExceeded as exc:
                 if self._reclaim():
                     continue
@@ -436,7 +403,6 @@ class Context:
         :func:`~tensoropt_py.elimination.kernels.combine_outer`)."""
         n_out = term_off.shape[0] - 1
         eps = self.epsilon if thin else 0.0
-        rest = self.rest_memory(parents, eps)
         depth = _depth(parents, eps)
         if key is None and int(term_off[-1]) >= _MEMO_MIN_TERMS:
             if outer is not None:
@@ -445,7 +411,7 @@ class Context:
                 terms = (term_cells.astype(np.int32),)  # half the bytes to hash
             else:
                 terms = (term_cells,)
-            key = (eps, rest, tuple(p.digest() for p in parents), digest_arrays(term_off, *terms))
+            key = (eps, tuple(p.digest() for p in parents), digest_arrays(term_off, *terms))
             hit = self._memo_hit(key, parents, depth)
             if hit is not None:
                 return hit
@@ -453,7 +419,7 @@ class Context:
         if switching and self.stats["terms"] + int(term_off[-1]) > self.switch[2]:
             # refused before it runs: the run starts over anyway
             raise ExactBudgetSpent(self.stats["combines"] + 1, self.stats["terms"] + int(term_off[-1]))
-        off, m, t, prov = self._run_kernel(parents, term_off, term_cells, eps, outer, rest)
+        off, m, t, prov = self._run_kernel(parents, term_off, term_cells, eps, outer)
         self.stats["combines"] += 1
         self.stats["terms"] += int(term_off[-1])
         self.stats["points"] += int(off[-1])
@@ -530,8 +496,7 @@ class Context:
         # a staged combine memoises its own steps instead
         if terms_key is not None and int(term_off[-1]) >= _MEMO_MIN_TERMS and not staged:
             eps = self.epsilon if thin else 0.0
-            key = (eps, self.rest_memory(parents, eps), tuple(p.digest() for p in parents), terms_key, lo, hi,
-                   terms_per_cell)
+            key = (eps, tuple(p.digest() for p in parents), terms_key, lo, hi, terms_per_cell)
             hit = self._memo_hit(key, parents, _depth(parents, eps))
             if hit is not None:
                 self.stats["memo_terms_skipped"] = self.stats.get("memo_terms_skipped", 0) + 1

@@ -18,13 +18,9 @@ Guarantees
   lists, the product such a reduce stages first when its terms multiply more than two
   multi-point cells, and the product of the run's separate components at its end (paired
   level by level), is a *thinning step*: it keeps, of its exact frontier, a subset such that each dropped
-  point (m, t) has a kept point (m', t') with ``t' < t`` and ``m' <= (1 + epsilon) m +
-  epsilon r``, where ``r`` is the least memory the rest of the graph adds (each node and edge
-  not summed into that table at its least config): every whole strategy through (m, t) has
-  memory ``M >= m + r``, and the same strategy through (m', t') at most ``(1 + epsilon) M``.
-  A partial table, whose points are a small share of a strategy's memory, thins that much
-  more, under the same bound. Because costs are non-negative, products and unions preserve such covers
-  and reduce keeps them, so by induction: **for every point (m, t) of the frontier the same run
+  point (m, t) has a kept point (m', t') with ``t' < t`` and ``m' <= (1 + epsilon) m``.
+  Because costs are non-negative, products and unions preserve such covers and reduce
+  keeps them, so by induction: **for every point (m, t) of the frontier the same run
   would compute with epsilon = 0, the result has a point (m', t') with t' <= t and
   m' <= (1 + epsilon)^L * m**, where ``L = fr.epsilon_depth`` is the largest number of
   thinning steps along any derivation (reported per run). For FT-LDP on a chain of n
@@ -190,17 +186,12 @@ def build_working_graph(cg, epsilon=0.0, threads=1, max_bytes=None, switch=None)
 
     ctx = Context(epsilon, threads, max_bytes, switch)
     g = WGraph(ctx)
-    least = 0.0
     for i, c in enumerate(cg.node_costs):
         K = c.shape[0]
-        leaf = ctx.node_leaf(i, c)
-        least += leaf.least
-        g.add_node(i, K, [(leaf, np.arange(K))])
+        g.add_node(i, K, [(ctx.node_leaf(i, c), np.arange(K))])
     for e, (u, v, smap, dmap, tab) in enumerate(cg._norm):
         leaf = ctx.edge_leaf(e, tab)
-        least += leaf.least
         g.add_edge(WEdge(u, v, smap, dmap, leaf, tab.shape[1]))
-    ctx.graph_least = least  # every strategy has this much memory at least: thinning is relative to it
     return g
 
 
