@@ -112,7 +112,7 @@ def with_memory_offset(cg, offset):
 @given(small_dags(), st.sampled_from([0.01, 0.1]), st.sampled_from([10.0, 1000.0]))
 def test_epsilon_guarantee_with_large_memory_offsets(cg, eps, offset):
     # each node's configs share a large memory offset (weights, optimizer state): points of a
-    # table differ by a small share of their memory, and thinning drops most of them
+    # table differ by a small share of their memory, and thinning drops many of them
     cg = with_memory_offset(cg, offset)
     bf = brute_force_frontier(cg)
     for method in METHODS:
