@@ -68,11 +68,13 @@ cdef enum:
     _FILTER_MIN_TERM_POINTS = 64  # ... and per term (a cell's setup reads every term once)
     _FILTER_MIN_TERMS = 32  # ... in this many terms (one term's shifted lists: the merge's gallops do better)
     _FILTER_MIN_LISTS = 2  # ... of this many lists each on average (terms of one list each: likewise)
+    _COVER_WORDS = 8  # 64-bit words of a cell's cover bitsets: covers apply to cells of 512 terms or fewer
 
 MAX_SLOTS = MAXS
 STAIR_LIMIT = 65536
 HEAP_WORK_FACTOR = _HEAP_WORK_FACTOR
 FILTER_BUCKETS = _BUCKETS
+MAX_COVER_TERMS = 64 * _COVER_WORDS
 
 
 class KernelBudgetExceeded(MemoryError):
@@ -676,7 +678,7 @@ cdef int _cell_skips(Src* src, Buf* B, i64 c) noexcept nogil:
     cdef int s, b
     cdef uint64_t x
     cdef const uint64_t* rowbits[MAXS]
-    cdef uint64_t group[MAXS * 8]  # per base slot, its terms (W <= 8 is checked by the caller)
+    cdef uint64_t group[MAXS * _COVER_WORDS]  # per base slot, its terms (_point_at_covers checks W)
     if B.skip == NULL:
         B.skip = <uint64_t*> malloc(W * sizeof(uint64_t))
         B.term_base = <int*> malloc(U * sizeof(int))
@@ -1122,8 +1124,8 @@ cdef int _point_at_covers(Src* src, object covers) except -1:
     as the kernel would read them; ``U <= 512``. The caller keeps the arrays alive."""
     cdef int s
     cdef cnp.ndarray arr
-    if src.U > 512 or len(covers[0]) != src.S or len(covers[1]) != src.S:
-        raise ValueError("combine kernel: covers need U <= 512 and one bitset and row index per slot")
+    if src.U > MAX_COVER_TERMS or len(covers[0]) != src.S or len(covers[1]) != src.S:
+        raise ValueError(f"combine kernel: covers need U <= {MAX_COVER_TERMS} and one bitset and row index per slot")
     src.W = (src.U + 63) // 64
     for s in range(src.S):
         arr = covers[0][s]

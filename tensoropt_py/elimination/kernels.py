@@ -281,7 +281,7 @@ def run_kernel(offs, mems, tims, term_off, term_cells, eps, threads, stair_limit
 #: (:func:`_cover_tables`): a pair of cells is compared in a few nanoseconds (most fail on
 #: their corners), a term's candidate point costs the merge about as much.
 _COVER_CHECKS_PER_POINT = 0.125
-_MAX_COVER_TERMS = 512  # the kernel's per-cell bitsets hold at most this many terms
+_MAX_COVER_TERMS = int(_kernels.MAX_COVER_TERMS)  # the kernel's per-cell bitsets hold at most this many terms
 _COVER_MAX_BYTES = 2**28  # most bytes of cover bitsets (a quarter of a call's max_bytes where less)
 
 
