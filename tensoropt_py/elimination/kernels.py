@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 
@@ -28,7 +28,7 @@ MAX_SLOTS = int(_kernels.MAX_SLOTS)
 Merge = Literal["auto", "heap", "staircase"]
 _STAIR_LIMITS = {"auto": int(_kernels.STAIR_LIMIT), "heap": 0, "staircase": -1}
 SkipCovered = Literal["auto", "always", "never"]
-_SKIP_COVERED = ("auto", "always", "never")
+_SKIP_COVERED = get_args(SkipCovered)
 
 _EXECUTORS: dict[int, ThreadPoolExecutor] = {}
 _EXEC_LOCK = threading.Lock()
