@@ -1,7 +1,5 @@
 """CostGraph builder: data-parallel costs by hand, decode() vs evaluate(), tensor reuse, bad inputs."""
 
-import math
-
 import numpy as np
 import pytest
 
@@ -12,7 +10,7 @@ from tensoropt_py.cost.compute import ComputeModel
 from tensoropt_py.errors import InvalidInputError
 from tensoropt_py.engine import evaluate
 from tensoropt_py.graph.builder import GraphBuilder
-from tensoropt_py.graph.ir import DTYPE_BYTES, TensorRole
+from tensoropt_py.graph.ir import TensorRole
 
 CL = Cluster.preset("v100-2x8")
 
@@ -127,7 +125,7 @@ def test_decode_gives_single_copy_edges_their_rederivation(g, mcg4):
     # ("producer_copy": the forward path again) or the producer's from the consumer's, and its
     # time is what the option charges on top of "both"
     j = next(j for j, info in enumerate(mcg4.edges) if info.reuse == "pair")
-    info, (sc, dc, table) = mcg4.edges[j], mcg4.edge_tables[j]
+    info, (sc, dc, _) = mcg4.edges[j], mcg4.edge_tables[j]
     u, v = mcg4.edge_index[j]
     for ku in range(len(mcg4.configs[u])):
         for kv in range(len(mcg4.configs[v])):

@@ -6,7 +6,6 @@ Hand derivations are written out where the paper gives only the rule.
 """
 
 import itertools
-import json
 import random
 
 import numpy as np

@@ -27,7 +27,7 @@ import torch
 from mpi4py import MPI
 
 import tensoropt_py as to
-from tensoropt_py.plan import _collectives, plan_from_choices
+from tensoropt_py.plan import _collectives
 from tensoropt_py.cluster import Cluster
 from tensoropt_py.cost.comm import CommModel
 from tensoropt_py.cost.reschedule import Rescheduler
