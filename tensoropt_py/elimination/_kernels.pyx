@@ -1076,8 +1076,8 @@ def _filter_worth_it(list offs, cnp.ndarray term_off):
 def cover_bitsets(cnp.ndarray offs, cnp.ndarray mem, cnp.ndarray tim, cnp.ndarray rows, cnp.ndarray col):
     """``bits[r, u]``, ``ceil(U / 64)`` words: bit ``v`` is set when cell ``rows[r] + col[u]`` of
     the table ``(offs, mem, tim)`` covers cell ``rows[r] + col[v]`` (every point of the second
-    weakly dominated by a point of the first; ``v != u``). No validation: the caller passes
-    C-contiguous int64 / float64 arrays whose sums are cells of the table."""
+    weakly dominated by a point of the first; ``v != u``). Only dtypes and layout are checked
+    (C-contiguous int64 / float64): the caller vouches that the sums are cells of the table."""
     _require_c(offs, np.int64, "offsets")
     _require_c(mem, np.float64, "memory")
     _require_c(tim, np.float64, "time")
