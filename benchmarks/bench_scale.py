@@ -25,6 +25,9 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   without skipping them;
 * ``transformer16_skip``: the default ``track`` of ``transformer16_track`` with and without the
   kernel skipping covered outer terms (``skip_covered``), twice each, alternated;
+* ``transformer16_sweep``: the same with and without the sweep kernel (node eliminations
+  whose terms sum one multi-point cell with single points of one memory reduce every output
+  cell of a row together), twice each, alternated, and whether the frontiers are the same;
 * ``transformer16_outside``: whether bounds on the rest of the graph could drop the points of
   that case's tables early (``transformer16_track`` first): 40 sampled cells of each node
   elimination's output of 40,000 points or more, and for each point whether every strategy
@@ -103,7 +106,7 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   ``min_sum``) its gap to the relaxation lower bound after descent (``end_gaps``), with the
   points the descents added and the largest fall of min(time + lam * memory) they gave.
 
-Usage: python benchmarks/bench_scale.py [--cases transformer16_track transformer16_skip transformer16_limits transformer16_terms transformer16_outside
+Usage: python benchmarks/bench_scale.py [--cases transformer16_track transformer16_skip transformer16_sweep transformer16_limits transformer16_terms transformer16_outside
        transformer16_parts fastest threads cyclic interval_peak iopddl candidates candidates_full mesh_loss paper16 llama mixtral] [--timeout 600] [--threads 1 2] [--thread-devices 8] [--max-memory 4e9]
        [--candidate-graphs 1x16] [--paper-models wide_resnet rnn] [--paper-uncapped] [--llama-devices 32 64]
        [--llama-layers 32] [--llama-loss]
@@ -304,6 +307,25 @@ for mode in ("never", "auto", "never", "auto"):
 tab_mod.run_kernel = run_kernel
 out(case="transformer16_skip", threads={threads}, seconds_without_skipping=runs["never"], seconds_skipping=runs["auto"],
     points=[runs["never_points"], runs["auto_points"]])
+""",
+    "transformer16_sweep": r"""
+# the default track with and without the sweep kernel (run_kernel's sweep), alternated; the
+# frontiers and strategies are compared bit for bit
+import tensoropt_py.elimination.table as tab_mod
+cg = build_cost_graph(zoo.transformer(), to.Cluster.preset("v100-2x8"), 16).cost_graph
+run_kernel = tab_mod.run_kernel
+def never(*args, **kw):
+    return run_kernel(*args, **{{**kw, "sweep": "never"}})
+runs, fronts = {{}}, {{}}
+for mode in ("never", "auto", "never", "auto"):
+    tab_mod.run_kernel = never if mode == "never" else run_kernel
+    t0 = time.perf_counter(); fr = track(cg, threads={threads}); runs.setdefault(mode, []).append(time.perf_counter() - t0)
+    fronts.setdefault(mode, fr)
+tab_mod.run_kernel = run_kernel
+a, b = fronts["never"], fronts["auto"]
+out(case="transformer16_sweep", threads={threads}, seconds_without_sweep=runs["never"], seconds_with_sweep=runs["auto"],
+    points=[len(a), len(b)], same_frontier=bool(np.array_equal(a.memory, b.memory) and np.array_equal(a.time, b.time)
+                                                and np.array_equal(a.choices, b.choices)))
 """,
     "transformer16_outside": r"""
 # bounds on the rest of the graph against the points of the default run's large tables

@@ -318,6 +318,85 @@ def test_a_covered_term_is_skipped_only_behind_one_of_the_same_base():
         combine_outer([t0], np.zeros((1, 1), dtype=np.int64), np.zeros((1, 2), dtype=np.int64), skip_covered="yes")
 
 
+def sweep_job(rng, rounding, multi_last):
+    """Outer terms of the sweep's form: the multi-point slot first (or last), the others single
+    points, either the node's own (a row the same for every output cell) or an edge of one
+    memory; cells output by a grid of (row of the first slot, row of the last) as a node
+    elimination's are, shuffled, with some empty single cells (forbidden pairs)."""
+    A, D, U = int(rng.integers(1, 5)), int(rng.integers(1, 7)), int(rng.integers(1, 9))
+    max_pts = int(rng.choice([1, 3, 8]))
+
+    def multi(n_cells):
+        return rounding_table(rng, n_cells, max_pts) if rounding else random_table(rng, n_cells, max_pts, False)
+
+    def single(n_cells, memory):
+        tab = rounding_table(rng, n_cells, 1) if rounding else random_table(rng, n_cells, 1, False)
+        keep = rng.random(n_cells) > 0.15
+        counts = np.diff(tab[0]) * keep
+        pts = np.repeat(keep, np.diff(tab[0]))
+        mem = np.full(int(counts.sum()), memory) if memory is not None else tab[1][pts]
+        return np.concatenate([[0], np.cumsum(counts)]), mem, tab[2][pts]
+
+    memory = float(rng.choice([0.0, 0.5, 1e8]))
+    first = single(A * U, memory) if multi_last else multi(A * U)
+    last = multi(U * D) if multi_last else single(U * D, memory)
+    c = np.arange(A * D)
+    tables, rows, cols = [first], [(c // D) * U], [np.arange(U)]
+    if rng.random() < 0.7:  # the node's own cost: a row the same for every output cell
+        tables.append(single(U, None))
+        rows.append(np.zeros(c.size, dtype=np.int64))
+        cols.append(np.arange(U))
+    tables.append(last)
+    rows.append(c % D)
+    cols.append(np.arange(U) * D)
+    row = np.ascontiguousarray(np.array(rows)[:, rng.permutation(c.size)])
+    return tables, row, np.array(cols)
+
+
+@settings(max_examples=150)
+@given(st.integers(0, 10**6), st.booleans(), st.booleans(), st.sampled_from([0.0, 0.0, 0.01, 0.2]))
+def test_the_sweep_matches_the_reference(seed, rounding, multi_last, eps):
+    """Terms of one multi-point slot (first or last) and single points of one memory: the
+    sweep gives the reference's points and provenance, also where sums round together."""
+    from tensoropt_py.elimination.kernels import _parse_tables, _sweep_plan
+
+    rng = np.random.default_rng(seed)
+    tables, row, col = sweep_job(rng, rounding, multi_last)
+    S, (n_out, U) = len(tables), (row.shape[1], col.shape[1])
+    offs, mems, _ = _parse_tables(tables, True, "test")
+    plan = _sweep_plan(offs, mems, row, col, 2, always=True)
+    assert plan is not None and plan[0] in (0, S - 1)
+    cells = (row.T[:, None, :] + col.T[None, :, :]).reshape(n_out * U, S)
+    exp = combine_reference(tables, np.arange(n_out + 1) * U, cells, epsilon=eps)
+    for threads in (1, 2):
+        got = combine_outer(tables, row, col, epsilon=eps, threads=threads, sweep="always")
+        for g, e in zip(got, exp):
+            assert np.array_equal(g, e)
+
+
+def test_the_sweep_takes_only_its_form():
+    """A single-point slot of two memories whose row varies is not the sweep's form; told it is,
+    the compiled sweep refuses instead of reducing in a wrong order; a bad option is named."""
+    from tensoropt_py.elimination.kernels import _sweep_plan
+
+    multi = (np.array([0, 2, 4]), np.array([1.0, 2.0, 1.0, 3.0]), np.array([2.0, 1.0, 3.0, 0.5]))
+    edge = (np.array([0, 1, 2]), np.array([0.0, 1.0]), np.array([1.0, 2.0]))
+    row = np.array([[0, 0], [0, 1]], dtype=np.int64)
+    col = np.array([[0, 1], [0, 0]], dtype=np.int64)
+    offs, mems, tims = [t[0] for t in (multi, edge)], [t[1] for t in (multi, edge)], [t[2] for t in (multi, edge)]
+    assert _sweep_plan(offs, mems, row, col, 1, always=True) is None
+    with pytest.raises(ValueError, match="different memory across its group"):
+        _kernels.sweep_kernel(offs, mems, tims, row, col, 0, np.array([0, 1]), np.array([0, 2]), 0.0, [0, 1])
+    with pytest.raises(InvalidInputError, match="sweep must be one of"):
+        combine_outer([multi, edge], row, col, sweep="sometimes")
+    # one memory in the edge: the sweep's form, and the general kernel's result
+    same = (edge[0], np.array([1.0, 1.0]), edge[2])
+    assert _sweep_plan(offs, [mems[0], same[1]], row, col, 1, always=True)[0] == 0
+    for g, e in zip(combine_outer([multi, same], row, col, sweep="always"),
+                    combine_outer([multi, same], row, col, sweep="never")):
+        assert np.array_equal(g, e)
+
+
 def test_outer_terms_out_of_range_are_named():
     tab = (np.array([0, 1, 2]), np.array([1.0, 2.0]), np.array([1.0, 0.5]))
     with pytest.raises(InvalidInputError, match=r"row\[0\] \+ col\[0\] must be cells of tables\[0\]"):

@@ -34,13 +34,24 @@ Output points carry their
 provenance: the global point index of the parent point of every slot (``-1`` for an
 absent slot).
 
+:func:`sweep_kernel` takes the outer terms whose slots all hold single points but one (the
+first or the last), with a summed memory that depends on the term only: a node's own cost
+and an edge of one memory (a layout edge not yet summed with anything): in the default
+Transformer@16 run, the node eliminations of this form took 4.6 s of the 9.8 s its steps
+take on one thread with the general kernel, and 1.7 s with the sweep. The output cells that share a row of the
+multi-point slot then see one sequence of points in memory order, each shifted in time by
+the term and the cell, and one pass over it serves them all: per point, a branch-free test
+against every cell's best time so far, and the cells it beats keep it. The general kernel
+merges each cell's lists instead (the same points and provenance; ``transformer16_sweep``
+in ``benchmarks/bench_scale.py`` compares the default Transformer@16 run with and without it).
+
 The pure NumPy reference of this kernel is
 :func:`tensoropt_py.elimination.reference.combine_reference`; both must agree exactly,
 provenance included.  Public, validating entry points live in
 :mod:`tensoropt_py.elimination.kernels`.
 """
 from libc.stdlib cimport malloc, realloc, free
-from libc.string cimport memcpy, memmove
+from libc.string cimport memcpy, memmove, memset
 from libc.math cimport INFINITY
 from libc.stdint cimport INT64_MAX, uint64_t
 
@@ -189,21 +200,29 @@ cdef inline void _sift_down(HE* heap, i64 n, i64 i) noexcept nogil:
     heap[i] = x
 
 
-cdef i64 _capacity(Buf* B, i64 cap, i64 need, i64 least, i64 unit) noexcept nogil:
+cdef i64 _budgeted(i64* used, i64 budget, i64* wanted, i64 cap, i64 need, i64 least, i64 unit) noexcept nogil:
     """A capacity of at least ``need`` (and ``least``) items of ``unit`` bytes, doubling from
-    ``cap``, its growth counted against the call's byte budget (shared by its workers); -1
-    (nothing counted, ``B.over`` set) when that would pass it."""
+    ``cap``, its growth counted in ``used`` against ``budget`` (shared by a call's workers;
+    -1: no limit); -1 (nothing counted, the bytes it would have made in ``wanted``) when that
+    would pass it."""
     cdef i64 new = cap if cap >= least else least
     cdef i64 total
     while new < need:
         new *= 2
-    if B.budget >= 0:
-        total = _atomic_add(B.used, (new - cap) * unit)
-        if total > B.budget:
-            _atomic_add(B.used, -(new - cap) * unit)
-            B.over = True
-            B.wanted = total
+    if budget >= 0:
+        total = _atomic_add(used, (new - cap) * unit)
+        if total > budget:
+            _atomic_add(used, -(new - cap) * unit)
+            wanted[0] = total
             return -1
+    return new
+
+
+cdef i64 _capacity(Buf* B, i64 cap, i64 need, i64 least, i64 unit) noexcept nogil:
+    """:func:`_budgeted` for a combine worker's buffers (``B.over`` set when refused)."""
+    cdef i64 new = _budgeted(B.used, B.budget, &B.wanted, cap, need, least, unit)
+    if new < 0:
+        B.over = True
     return new
 
 
@@ -1317,3 +1336,533 @@ def outer_skip_mask(list offs, cnp.ndarray row, cnp.ndarray col, object covers):
         for u in range(U):
             out[c, u] = (wk.buf.skip[u >> 6] >> (u & 63)) & 1
     return out
+
+
+# ---- the sweep: outer terms whose slots but the first hold one point of one memory --------
+#
+# A node elimination's terms often sum one multi-point cell of the first slot (chosen by the
+# output cell's row of that slot and the term) with single points of the other slots (the
+# node's own cost and an edge to a neighbour not yet eliminated), whose memory does not
+# depend on the output cell. Every output cell of a *group* (one row value of the first
+# slot) then sees the same points in the same memory order, each shifted in time only. One
+# pass over them in (memory, term, point) order, keeping per output cell the least time so
+# far, yields the reduced union of every cell of the group at once: the same points and
+# provenance as the general kernel (which visits them in (memory, time, list) order and keeps
+# a point when it beats every earlier time; ties go to the earlier term and point).
+
+cdef struct Sweep:
+    int S
+    const i64* offs[MAXS]
+    const double* mem[MAXS]
+    const double* tim[MAXS]
+    const i64* row
+    const i64* col
+    i64 n_out
+    i64 U
+    const i64* cells  # output cells ordered by group
+    const i64* group_off
+    int multi  # the slot of many points per cell: the first or the last
+    int n_fixed  # with multi 0: slots 1 .. n_fixed have the same row for every output cell
+    double eps
+
+
+cdef struct SweepBuf:
+    # per group: the shifts of every (term, cell) and each term's least one
+    double* st
+    double* sm
+    double* min_st
+    char* alt  # a one-point term summed onto slot 0 (its point's time is in its shifts)
+    i64 tcap
+    # per group: the best time so far of each cell, and its last record
+    double* best
+    i64* last
+    i64 gcap
+    # per group: the heap of the terms' next points
+    HE* heap
+    i64* pos
+    i64 hcap
+    # records of the group: point kept for a cell (overwritten at equal memory)
+    double* rm
+    double* rt
+    i64* ru
+    i64* rg
+    i64* rj
+    i64 rcap
+    i64 rn
+    i64* count
+    i64* place
+    # the worker's output: thinned points of its cells, in its groups' order
+    double* om
+    double* ot
+    i64* ou
+    i64* og
+    i64 ocap
+    i64 on
+    i64* used
+    i64 budget
+    bint over
+    i64 wanted
+    int err
+
+
+cdef int _sweep_reserve(SweepBuf* B, i64 cap, i64 need, i64 unit, i64* out) noexcept nogil:
+    """:func:`_budgeted` for a sweep worker's buffers, into ``out[0]``; -1 (``B.over`` set)
+    when refused."""
+    out[0] = _budgeted(B.used, B.budget, &B.wanted, cap, need, 64, unit)
+    if out[0] < 0:
+        B.over = True
+        return -1
+    return 0
+
+
+cdef int _sweep_grow_records(SweepBuf* B, i64 need) noexcept nogil:
+    cdef i64 cap
+    if need <= B.rcap:
+        return 0
+    if _sweep_reserve(B, B.rcap, need, 2 * sizeof(double) + 3 * sizeof(i64), &cap) != 0:
+        return -1
+    if (_resize(<void**> &B.rm, cap * sizeof(double)) or _resize(<void**> &B.rt, cap * sizeof(double))
+            or _resize(<void**> &B.ru, cap * sizeof(i64)) or _resize(<void**> &B.rg, cap * sizeof(i64))
+            or _resize(<void**> &B.rj, cap * sizeof(i64))):
+        return -1
+    B.rcap = cap
+    return 0
+
+
+cdef int _sweep_grow_out(SweepBuf* B, i64 need) noexcept nogil:
+    cdef i64 cap
+    if need <= B.ocap:
+        return 0
+    if _sweep_reserve(B, B.ocap, need, 2 * sizeof(double) + 2 * sizeof(i64), &cap) != 0:
+        return -1
+    if (_resize(<void**> &B.om, cap * sizeof(double)) or _resize(<void**> &B.ot, cap * sizeof(double))
+            or _resize(<void**> &B.ou, cap * sizeof(i64)) or _resize(<void**> &B.og, cap * sizeof(i64))):
+        return -1
+    B.ocap = cap
+    return 0
+
+
+cdef int _sweep_grow_group(SweepBuf* B, i64 U, i64 G) noexcept nogil:
+    """Room for the per-group arrays of ``U`` terms and ``G`` cells."""
+    cdef i64 cap
+    if U * G > B.tcap:
+        if _sweep_reserve(B, B.tcap, U * G, sizeof(double), &cap) != 0:
+            return -1
+        if _resize(<void**> &B.st, cap * sizeof(double)):
+            return -1
+        B.tcap = cap
+    if U > B.hcap:
+        if _sweep_reserve(B, B.hcap, U, sizeof(HE) + sizeof(i64) + 2 * sizeof(double) + sizeof(char), &cap) != 0:
+            return -1
+        if (_resize(<void**> &B.heap, cap * sizeof(HE)) or _resize(<void**> &B.pos, cap * sizeof(i64))
+                or _resize(<void**> &B.sm, cap * sizeof(double)) or _resize(<void**> &B.min_st, cap * sizeof(double))
+                or _resize(<void**> &B.alt, cap * sizeof(char))):
+            return -1
+        B.hcap = cap
+    if G > B.gcap:
+        if _sweep_reserve(B, B.gcap, G, sizeof(double) + 3 * sizeof(i64), &cap) != 0:
+            return -1
+        if (_resize(<void**> &B.best, cap * sizeof(double)) or _resize(<void**> &B.last, cap * sizeof(i64))
+                or _resize(<void**> &B.count, cap * sizeof(i64)) or _resize(<void**> &B.place, cap * sizeof(i64))):
+            return -1
+        B.gcap = cap
+    return 0
+
+
+cdef inline i64 _single_point(Sweep* src, int s, i64 c, i64 u) noexcept nogil:
+    """The global index of the one point of slot ``s``'s cell for output cell ``c`` and term
+    ``u``, or -1 where that cell is empty."""
+    cdef i64 cell = src.row[s * src.n_out + c] + src.col[s * src.U + u]
+    cdef i64 p0 = src.offs[s][cell]
+    return p0 if src.offs[s][cell + 1] > p0 else -1
+
+
+cdef int _sweep_group(Sweep* src, SweepBuf* B, i64 grp, i64* cell_start, i64* cell_count) noexcept nogil:
+    """Reduce (and thin) every output cell of group ``grp``; append them to ``B``'s output."""
+    cdef int S = src.S
+    cdef int s
+    cdef int ms = src.multi
+    cdef i64 g0 = src.group_off[grp]
+    cdef i64 G = src.group_off[grp + 1] - g0
+    cdef const i64* cells = src.cells + g0
+    cdef i64 U = src.U
+    cdef i64 n_out = src.n_out
+    cdef i64 u, j, c, cell, p0, lo, hi, hn, a, r, k, w, i, n, start
+    cdef double sm, st, base_sm, base_st, m, t0, cand, most, lim
+    cdef double* strow
+    cdef double* best
+    cdef i64* last
+    cdef int hit
+    cdef bint ok, any_ok, same_sm, alt
+    cdef const double* mm = src.mem[ms]
+    cdef const double* tm = src.tim[ms]
+    cdef const i64* om = src.offs[ms]
+    if _sweep_grow_group(B, U, G) != 0:
+        return -1
+    a = src.row[ms * n_out + cells[0]]  # the group's row of the multi-point slot
+    # every term's shift towards each cell: the other slots' single points, summed in slot
+    # order as the general kernel sums them onto its base slot's points. The base is the
+    # multi-point slot where its cell is the largest, else (every cell one point) slot 0, and
+    # the term is then one point (``alt``) summed in that order. Leading slots whose row is
+    # the same for every cell are summed once per term.
+    hn = 0
+    for u in range(U):
+        B.alt[u] = False
+        r = a + src.col[ms * U + u]
+        lo = om[r]
+        hi = om[r + 1]
+        if hi <= lo:
+            continue
+        alt = ms != 0 and hi - lo == 1
+        base_sm = 0.0
+        base_st = 0.0
+        ok = True
+        if not alt:
+            for s in range(1, src.n_fixed + 1):
+                cell = src.row[s * n_out + cells[0]] + src.col[s * U + u]
+                p0 = src.offs[s][cell]
+                if src.offs[s][cell + 1] <= p0:
+                    ok = False
+                    break
+                base_sm = base_sm + src.mem[s][p0]
+                base_st = base_st + src.tim[s][p0]
+            if not ok:
+                continue
+        strow = B.st + u * G
+        any_ok = False
+        same_sm = True
+        B.min_st[u] = INFINITY
+        for j in range(G):
+            c = cells[j]
+            sm = base_sm
+            st = base_st
+            ok = True
+            # alt: slots 1.. onto slot 0's point; else every slot but the multi-point one
+            for s in range(1 if alt else (src.n_fixed + 1 if ms == 0 else 0), S):
+                if s == ms:
+                    if not alt:
+                        continue
+                    p0 = lo
+                else:
+                    p0 = _single_point(src, s, c, u)
+                    if p0 < 0:
+                        ok = False
+                        break
+                sm = sm + src.mem[s][p0]
+                st = st + src.tim[s][p0]
+            if ok and alt:
+                p0 = _single_point(src, 0, c, u)
+                if p0 < 0:
+                    ok = False
+                else:
+                    sm = src.mem[0][p0] + sm
+                    st = src.tim[0][p0] + st
+            if not ok:
+                strow[j] = INFINITY
+                continue
+            if any_ok and sm != B.sm[u]:
+                same_sm = False
+            B.sm[u] = sm
+            any_ok = True
+            strow[j] = st
+            if st < B.min_st[u]:
+                B.min_st[u] = st
+        if not same_sm:
+            B.err = 2  # the caller vouched for one memory per term
+            return -1
+        if not any_ok:
+            continue
+        B.alt[u] = alt
+        B.pos[u] = lo
+        B.heap[hn].m = B.sm[u] if alt else mm[lo] + B.sm[u]
+        B.heap[hn].t = 0.0
+        B.heap[hn].li = u
+        hn += 1
+    # the heap orders by (memory, term): with t fixed at 0, _less breaks ties by term
+    i = hn // 2 - 1
+    while i >= 0:
+        _sift_down(B.heap, hn, i)
+        i -= 1
+    best = B.best
+    last = B.last
+    for j in range(G):
+        best[j] = INFINITY
+        last[j] = -1
+    most = INFINITY  # the largest best time over the cells: a point slower than it helps none
+    B.rn = 0
+    while hn > 0:
+        u = B.heap[0].li
+        m = B.heap[0].m
+        k = B.pos[u]
+        t0 = 0.0 if B.alt[u] else tm[k]
+        if t0 + B.min_st[u] < most:
+            strow = B.st + u * G
+            # a branch-free pass first: most points better no cell
+            hit = 0
+            for j in range(G):
+                hit = hit | (t0 + strow[j] < best[j])
+            if hit:
+                for j in range(G):
+                    cand = t0 + strow[j]
+                    if cand < best[j]:
+                        best[j] = cand
+                        w = last[j]
+                        if w < 0 or B.rm[w] != m:
+                            if B.rn >= B.rcap and _sweep_grow_records(B, B.rn + 1) != 0:
+                                return -1
+                            w = B.rn
+                            B.rn += 1
+                            B.rj[w] = j
+                            last[j] = w
+                        B.rm[w] = m
+                        B.rt[w] = cand
+                        B.ru[w] = u
+                        B.rg[w] = k
+                most = best[0]
+                for j in range(1, G):
+                    if best[j] > most:
+                        most = best[j]
+        k += 1
+        r = a + src.col[ms * U + u]
+        if k < om[r + 1]:
+            B.pos[u] = k
+            B.heap[0].m = mm[k] + B.sm[u]
+            _sift_down(B.heap, hn, 0)
+        else:
+            hn -= 1
+            if hn > 0:
+                B.heap[0] = B.heap[hn]
+                _sift_down(B.heap, hn, 0)
+    # the records by cell (each cell's in memory order), thinned as the kernel thins
+    for j in range(G):
+        B.count[j] = 0
+    for i in range(B.rn):
+        B.count[B.rj[i]] += 1
+    if _sweep_grow_out(B, B.on + B.rn) != 0:
+        return -1
+    start = B.on
+    for j in range(G):
+        B.place[j] = start
+        start += B.count[j]
+    for i in range(B.rn):
+        j = B.rj[i]
+        w = B.place[j]
+        B.place[j] += 1
+        B.om[w] = B.rm[i]
+        B.ot[w] = B.rt[i]
+        B.ou[w] = B.ru[i]
+        B.og[w] = B.rg[i]
+    start = B.on
+    w = B.on  # where the next cell's kept points go
+    for j in range(G):
+        n = B.count[j]
+        cell_start[cells[j]] = w
+        if src.eps > 0.0 and n > 1:
+            # from the min-time end: drop a point when the last kept one has memory <=
+            # (1 + eps) * its memory; the min-memory point stays
+            hi = start + n - 1
+            i = start + n - 2
+            k = hi  # the last kept point
+            while i >= start:
+                lim = (1.0 + src.eps) * B.om[i]
+                if B.om[k] > lim or i == start:
+                    k -= 1
+                    B.om[k] = B.om[i]
+                    B.ot[k] = B.ot[i]
+                    B.ou[k] = B.ou[i]
+                    B.og[k] = B.og[i]
+                i -= 1
+            n = start + n - k
+            lo = k
+        else:
+            lo = start
+        if w != lo:
+            memmove(&B.om[w], &B.om[lo], n * sizeof(double))
+            memmove(&B.ot[w], &B.ot[lo], n * sizeof(double))
+            memmove(&B.ou[w], &B.ou[lo], n * sizeof(i64))
+            memmove(&B.og[w], &B.og[lo], n * sizeof(i64))
+        cell_count[cells[j]] = n
+        start += B.count[j]
+        w += n
+    B.on = w
+    return 0
+
+
+cdef class _SweepWorker:
+    cdef Sweep src
+    cdef SweepBuf buf
+    cdef i64 g0
+    cdef i64 g1
+    cdef object starts
+    cdef object counts
+
+    def __cinit__(self):
+        memset(&self.buf, 0, sizeof(SweepBuf))  # no buffers, no counts, no error
+        self.buf.budget = -1
+
+    def __dealloc__(self):
+        free(self.buf.st)
+        free(self.buf.sm)
+        free(self.buf.min_st)
+        free(self.buf.alt)
+        free(self.buf.best)
+        free(self.buf.last)
+        free(self.buf.heap)
+        free(self.buf.pos)
+        free(self.buf.rm)
+        free(self.buf.rt)
+        free(self.buf.ru)
+        free(self.buf.rg)
+        free(self.buf.rj)
+        free(self.buf.count)
+        free(self.buf.place)
+        free(self.buf.om)
+        free(self.buf.ot)
+        free(self.buf.ou)
+        free(self.buf.og)
+
+    def run(self):
+        cdef i64* st = <i64*> cnp.PyArray_DATA(self.starts)
+        cdef i64* ct = <i64*> cnp.PyArray_DATA(self.counts)
+        cdef i64 grp
+        cdef int rc = 0
+        with nogil:
+            for grp in range(self.g0, self.g1):
+                rc = _sweep_group(&self.src, &self.buf, grp, st, ct)
+                if rc != 0:
+                    break
+        if rc != 0:
+            if self.buf.over:
+                raise KernelBudgetExceeded(self.buf.budget, self.buf.wanted)
+            if self.buf.err == 2:
+                raise ValueError("sweep kernel: a term's single points have different memory across its group")
+            raise MemoryError("sweep kernel: out of memory")
+        return self.buf.on
+
+
+def sweep_kernel(list offs, list mems, list tims, cnp.ndarray row, cnp.ndarray col, int multi, cnp.ndarray cells,
+                 cnp.ndarray group_off, double eps, object group_bounds, object executor=None, i64 max_bytes=-1,
+                 bint prov32=False):
+    """:func:`combine_kernel` with ``outer`` terms, by a sweep per group (no validation: call
+    it through ``kernels.run_kernel``, which checks that the terms have this form).
+
+    Every slot but ``multi`` (the first or the last) holds single-point cells whose memory,
+    summed over those slots, depends on the term only, not on the output cell. ``cells``
+    lists the output cells by group (one value of ``row[multi]`` each; group ``g`` is
+    ``cells[group_off[g]:group_off[g+1]]``);
+    ``group_bounds`` splits the groups into chunks for ``executor``. The other arguments and
+    the result are as for :func:`combine_kernel`: the same points and provenance.
+    """
+    cdef int S = len(offs)
+    cdef int s
+    cdef Sweep src
+    cdef _SweepWorker wk
+    cdef i64 n_out = row.shape[1]
+    cdef i64 c, k, q, tot, cnt, st
+    if S < 2 or S > MAXS:
+        raise ValueError(f"sweep kernel supports 2..{MAXS} slots, got {S}")
+    for s in range(S):
+        _require_c(offs[s], np.int64, "offsets")
+        _require_c(mems[s], np.float64, "memory")
+        _require_c(tims[s], np.float64, "time")
+    for arr in (row, col):
+        _require_c(arr, np.int64, "outer terms")
+    for arr in (cells, group_off):
+        _require_c(arr, np.int64, "sweep groups")
+    src.S = S
+    for s in range(S):
+        src.offs[s] = <const i64*> cnp.PyArray_DATA(offs[s])
+        src.mem[s] = <const double*> cnp.PyArray_DATA(mems[s])
+        src.tim[s] = <const double*> cnp.PyArray_DATA(tims[s])
+    src.row = <const i64*> cnp.PyArray_DATA(row)
+    src.col = <const i64*> cnp.PyArray_DATA(col)
+    src.n_out = n_out
+    src.U = col.shape[1]
+    src.cells = <const i64*> cnp.PyArray_DATA(cells)
+    src.group_off = <const i64*> cnp.PyArray_DATA(group_off)
+    if multi != 0 and multi != S - 1:
+        raise ValueError(f"sweep kernel: the multi-point slot must be the first or the last, got {multi}")
+    src.multi = multi
+    src.n_fixed = 0
+    while multi == 0 and src.n_fixed + 1 < S and row[src.n_fixed + 1].min() == row[src.n_fixed + 1].max():
+        src.n_fixed += 1
+    src.eps = eps
+    used = np.zeros(1, dtype=np.int64)
+    starts = np.zeros(n_out, dtype=np.int64)
+    counts = np.zeros(n_out, dtype=np.int64)
+    owner = np.zeros(n_out, dtype=np.int64)
+    workers = []
+    bounds = list(group_bounds)
+    for k in range(len(bounds) - 1):
+        if bounds[k + 1] <= bounds[k]:
+            continue
+        wk = _SweepWorker()
+        wk.src = src
+        wk.g0 = bounds[k]
+        wk.g1 = bounds[k + 1]
+        wk.buf.used = <i64*> cnp.PyArray_DATA(used)
+        wk.buf.budget = max_bytes
+        wk.starts = starts
+        wk.counts = counts
+        owner[cells[group_off[bounds[k]]:group_off[bounds[k + 1]]]] = len(workers)
+        workers.append(wk)
+    if executor is None or len(workers) <= 1:
+        for wk in workers:
+            wk.run()
+    else:
+        futures = [executor.submit(wk.run) for wk in workers]
+        errors = [f.exception() for f in futures]
+        for e in errors:
+            if e is not None:
+                raise e
+    tot = int(counts.sum())
+    out_m = np.empty(tot, dtype=np.float64)
+    out_t = np.empty(tot, dtype=np.float64)
+    out_p = np.empty((tot, S), dtype=np.int32 if prov32 else np.int64)
+    cdef double* pm = <double*> cnp.PyArray_DATA(out_m)
+    cdef double* pt = <double*> cnp.PyArray_DATA(out_t)
+    cdef i64* pp = <i64*> cnp.PyArray_DATA(out_p)
+    cdef cnp.int32_t* pp32 = <cnp.int32_t*> cnp.PyArray_DATA(out_p)
+    cdef i64* ps = <i64*> cnp.PyArray_DATA(starts)
+    cdef i64* pc = <i64*> cnp.PyArray_DATA(counts)
+    cdef i64* po = <i64*> cnp.PyArray_DATA(owner)
+    cdef const i64* prow = src.row
+    cdef const i64* pcol = src.col
+    cdef i64 U = src.U
+    cdef i64 u, v
+    cdef SweepBuf* bufs[64]
+    cdef list chunks = workers
+    cdef i64 n_wk = len(workers)
+    if n_wk > 64:
+        raise ValueError("sweep kernel: at most 64 chunks")
+    for k in range(n_wk):
+        wk = chunks[k]
+        bufs[k] = &wk.buf
+    q = 0
+    with nogil:
+        for c in range(n_out):
+            cnt = pc[c]
+            if cnt == 0:
+                continue
+            st = ps[c]
+            for k in range(cnt):
+                pm[q] = bufs[po[c]].om[st + k]
+                pt[q] = bufs[po[c]].ot[st + k]
+                u = bufs[po[c]].ou[st + k]
+                v = bufs[po[c]].og[st + k]
+                if prov32:
+                    pp32[q * S + src.multi] = <cnp.int32_t> v
+                else:
+                    pp[q * S + src.multi] = v
+                for s in range(S):
+                    if s == src.multi:
+                        continue
+                    v = src.offs[s][prow[s * n_out + c] + pcol[s * U + u]]
+                    if prov32:
+                        pp32[q * S + s] = <cnp.int32_t> v
+                    else:
+                        pp[q * S + s] = v
+                q += 1
+    offsets = np.zeros(n_out + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    return offsets, out_m, out_t, out_p

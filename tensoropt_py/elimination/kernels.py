@@ -3,7 +3,9 @@
 :func:`combine_ragged` (batched product + union + reduce of ragged frontier tables,
 with provenance) and :func:`reduce_ragged` (Alg. 1 on many sets at once) run the
 compiled ``_kernels.combine_kernel`` (nogil, parallel over output cells with a thread
-pool). Their pure NumPy twins are in :mod:`tensoropt_py.elimination.reference`.
+pool); :func:`combine_outer` runs ``_kernels.sweep_kernel`` instead where its terms have
+the sweep's form (:func:`_sweep_plan`). Their pure NumPy twins are in
+:mod:`tensoropt_py.elimination.reference`.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ Merge = Literal["auto", "heap", "staircase"]
 _STAIR_LIMITS = {"auto": int(_kernels.STAIR_LIMIT), "heap": 0, "staircase": -1}
 SkipCovered = Literal["auto", "always", "never"]
 _SKIP_COVERED = get_args(SkipCovered)
+Sweep = Literal["auto", "always", "never"]
+_SWEEP = get_args(Sweep)
 
 _EXECUTORS: dict[int, ThreadPoolExecutor] = {}
 _EXEC_LOCK = threading.Lock()
@@ -157,7 +161,7 @@ def combine_ragged(tables, term_off, term_cells, epsilon=0.0, threads=1, validat
 
 
 def combine_outer(tables, row, col, epsilon=0.0, threads=1, validate=True, merge: Merge = "auto",
-                  skip_covered: SkipCovered = "auto"):
+                  skip_covered: SkipCovered = "auto", sweep: Sweep = "auto"):
     """:func:`combine_ragged` for terms that are sums: output cell ``c`` has ``U`` terms, and
     term ``u`` takes cell ``row[s, c] + col[s, u]`` of table ``s`` (compiled; the terms are
     never written out).
@@ -179,6 +183,12 @@ def combine_outer(tables, row, col, epsilon=0.0, threads=1, validate=True, merge
     skip_covered : {"auto", "always", "never"}
         Skip the terms :func:`outer_skip_mask` proves contribute nothing: where checking
         their cells pays (``"auto"``), always, or never. The result does not depend on it.
+    sweep : {"auto", "always", "never"}
+        Where every slot but the first holds single points whose memory depends on the term
+        only (a node's own cost, an edge of one memory), the cells that share a row of the
+        first slot are reduced together by one sweep over that slot's points in memory order:
+        where the groups are large enough to pay (``"auto"``), wherever the terms have that
+        form, or never. The result does not depend on it.
 
     Returns
     -------
@@ -198,8 +208,11 @@ def combine_outer(tables, row, col, epsilon=0.0, threads=1, validate=True, merge
     n_out, U = row.shape[1], col.shape[1]
     if skip_covered not in _SKIP_COVERED:
         raise InvalidInputError(f"skip_covered must be one of {_SKIP_COVERED}, got {skip_covered!r}")
+    if sweep not in _SWEEP:
+        raise InvalidInputError(f"sweep must be one of {_SWEEP}, got {sweep!r}")
     term_off = np.arange(n_out + 1, dtype=np.int64) * U
-    return run_kernel(offs, mems, tims, term_off, None, eps, threads, stair_limit, (row, col), skip_covered=skip_covered)
+    return run_kernel(offs, mems, tims, term_off, None, eps, threads, stair_limit, (row, col), skip_covered=skip_covered,
+                      sweep=sweep)
 
 
 def outer_skip_mask(tables, row, col, threads=1, validate=True):
@@ -259,7 +272,7 @@ def _parse_outer(offs, row, col, validate):
 
 
 def run_kernel(offs, mems, tims, term_off, term_cells, eps, threads, stair_limit=_STAIR_LIMITS["auto"], outer=None,
-               max_bytes=None, prov32=False, skip_covered: SkipCovered = "auto"):
+               max_bytes=None, prov32=False, skip_covered: SkipCovered = "auto", sweep: Sweep = "auto"):
     """The compiled kernel on checked, contiguous inputs, its output cells split into chunks of
     about equal work for ``threads`` threads (internal: :func:`combine_ragged`,
     :func:`combine_outer` and the engine's tables call it). ``max_bytes``: most bytes its
@@ -267,7 +280,16 @@ def run_kernel(offs, mems, tims, term_off, term_cells, eps, threads, stair_limit
     before the memory is taken. ``prov32``: provenance as int32 (every parent has fewer
     than 2**31 points). ``skip_covered``: whether outer terms that :func:`outer_skip_mask`
     proves covered are skipped (``"auto"``: where checking their cells pays; the result is
-    the same)."""
+    the same). ``sweep``: whether outer terms of the form :func:`_sweep_plan` recognises are
+    combined by the sweep kernel (``"auto"``: where its groups are large enough to pay; the
+    result is the same)."""
+    if outer is not None and sweep != "never":
+        plan = _sweep_plan(offs, mems, *outer, threads, always=sweep == "always")
+        if plan is not None:
+            multi, cells, group_off, group_bounds = plan
+            return _kernels.sweep_kernel(offs, mems, tims, *outer, multi, cells, group_off, eps, group_bounds,
+                                         _executor(threads),
+                                         -1 if max_bytes is None else max(int(max_bytes), 0), bool(prov32))
     work = max(float(o[-1]) / max(o.shape[0] - 1, 1) for o in offs)
     bounds = _chunk_bounds(term_off, term_off.shape[0] - 1, threads, work)
     covers = None
@@ -275,6 +297,58 @@ def run_kernel(offs, mems, tims, term_off, term_cells, eps, threads, stair_limit
         covers = _cover_tables(offs, mems, tims, *outer, threads, always=skip_covered == "always", max_bytes=max_bytes)
     return _kernels.combine_kernel(offs, mems, tims, term_off, term_cells, eps, bounds, _executor(threads), stair_limit,
                                    outer, -1 if max_bytes is None else max(int(max_bytes), 0), bool(prov32), covers)
+
+
+#: Least mean cells per group for which the sweep pays (``sweep="auto"``): one pass over a
+#: group's points serves its cells together, where the general kernel merges each cell's lists.
+_SWEEP_MIN_GROUP = 2.0
+
+
+def _sweep_plan(offs, mems, row, col, threads, always=False):
+    """How :func:`_kernels.sweep_kernel` combines outer terms ``row + col``, or None where their
+    form is not its own: ``(multi, cells, group_off, group_bounds)``, the slot of many points
+    per cell, the output cells ordered by their row of that slot (a group per value), the
+    groups' offsets among them, and chunks of groups of about equal work for ``threads``
+    threads.
+
+    The form: every slot but the first (or but the last) has cells of at most one point, and
+    either its row is the same for every output cell (the node's own cost: the cell depends
+    on the term only) or all its points have one memory. A term's summed memory then does
+    not depend on the output cell, so the cells of a group see one sequence of points,
+    shifted in time only. Unless ``always``, None too where the groups average fewer than
+    ``_SWEEP_MIN_GROUP`` cells."""
+    S, n_out = row.shape
+    U = col.shape[1]
+    if S < 2 or n_out == 0 or U == 0:
+        return None
+
+    def single(s):  # single points whose memory depends on the term only
+        o = offs[s]
+        if o.shape[0] > 1 and int((o[1:] - o[:-1]).max()) > 1:
+            return False
+        return row[s].min() == row[s].max() or not mems[s].size or mems[s].min() == mems[s].max()
+
+    if not all(single(s) for s in range(1, S - 1)):
+        return None
+    if single(S - 1):
+        multi = 0
+    elif single(0):
+        multi = S - 1
+    else:
+        return None
+    values, counts = np.unique(row[multi], return_counts=True)
+    if not always and n_out < _SWEEP_MIN_GROUP * values.size:
+        return None
+    cells = np.argsort(row[multi], kind="stable").astype(np.int64)
+    group_off = np.zeros(values.size + 1, dtype=np.int64)
+    np.cumsum(counts, out=group_off[1:])
+    if threads <= 1 or values.size < 2:
+        return multi, cells, group_off, [0, values.size]
+    sizes = np.diff(offs[multi])
+    work = np.cumsum(sizes[values[:, None] + col[multi][None, :]].sum(axis=1) * counts, dtype=np.float64)
+    n_chunks = min(values.size, 4 * threads, 64)
+    cuts = np.searchsorted(work, np.linspace(0, work[-1], n_chunks + 1)[1:-1], side="left")
+    return multi, cells, group_off, sorted({0, *(int(c) + 1 for c in cuts), values.size})
 
 
 #: Cover checks per candidate point of the terms below which checking a call's cells pays
