@@ -184,9 +184,10 @@ def combine_outer(tables, row, col, epsilon=0.0, threads=1, validate=True, merge
         Skip the terms :func:`outer_skip_mask` proves contribute nothing: where checking
         their cells pays (``"auto"``), always, or never. The result does not depend on it.
     sweep : {"auto", "always", "never"}
-        Where every slot but the first holds single points whose memory depends on the term
-        only (a node's own cost, an edge of one memory), the cells that share a row of the
-        first slot are reduced together by one sweep over that slot's points in memory order:
+        Where every slot but the first (or but the last) holds single points whose memory
+        depends on the term only (a node's own cost, an edge of one memory), the cells that
+        share a row of that slot are reduced together by one sweep over its points in memory
+        order:
         where the groups are large enough to pay (``"auto"``), wherever the terms have that
         form, or never. The result does not depend on it.
 
