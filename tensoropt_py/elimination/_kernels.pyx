@@ -35,13 +35,13 @@ provenance: the global point index of the parent point of every slot (``-1`` for
 absent slot).
 
 :func:`sweep_kernel` takes the outer terms whose slots all hold single points but one (the
-first or the last), with a summed memory that depends on the term only: a node's own cost
-and an edge of one memory (a layout edge not yet summed with anything): in the default
-Transformer@16 run, the node eliminations of this form took 4.6 s of the 9.8 s its steps
-take on one thread with the general kernel, and 1.7 s with the sweep. The output cells that share a row of the
-multi-point slot then see one sequence of points in memory order, each shifted in time by
-the term and the cell, and one pass over it serves them all: per point, a branch-free test
-against every cell's best time so far, and the cells it beats keep it. The general kernel
+first or the last), with a summed memory that depends on the term only (a node's own cost
+and an edge of one memory: a layout edge not yet summed with anything). The output cells
+that share a row of the multi-point slot then see one sequence of points in memory order,
+each shifted in time by the term and the cell, and one pass over it serves them all: per
+point, a branch-free test against every cell's best time so far, and the cells it beats
+keep it. In the default Transformer@16 run, the node eliminations of this form took 4.6 s
+of the 9.8 s its steps take on one thread with the general kernel, and 1.7 s with the sweep. The general kernel
 merges each cell's lists instead (the same points and provenance; ``transformer16_sweep``
 in ``benchmarks/bench_scale.py`` compares the default Transformer@16 run with and without it).
 
@@ -1160,6 +1160,21 @@ cdef int _point_at_covers(Src* src, object covers) except -1:
     return 0
 
 
+def _run_workers(list workers, object executor):
+    """Run every worker (on ``executor`` when there are several); every one finishes before
+    anything is raised: they read the inputs and count into the call's ``used``, which the
+    caller may free once this returns."""
+    if executor is None or len(workers) <= 1:
+        for wk in workers:
+            wk.run()
+        return
+    futures = [executor.submit(wk.run) for wk in workers]
+    errors = [f.exception() for f in futures]
+    for e in errors:
+        if e is not None:
+            raise e
+
+
 def combine_kernel(list offs, list mems, list tims, cnp.ndarray term_off, object term_cells,
                    double eps, object chunk_bounds, object executor=None, i64 stair_limit=STAIR_LIMIT,
                    object outer=None, i64 max_bytes=-1, bint prov32=False, object covers=None):
@@ -1265,17 +1280,7 @@ def combine_kernel(list offs, list mems, list tims, cnp.ndarray term_off, object
         wk.buf.budget = max_bytes
         wk.counts = np.zeros(bounds[k + 1] - bounds[k], dtype=np.int64)
         workers.append(wk)
-    if executor is None or len(workers) <= 1:
-        for wk in workers:
-            wk.run()
-    else:
-        # every worker finishes before anything is raised: they read the inputs and count
-        # into ``used``, which the caller may free once this returns
-        futures = [executor.submit(wk.run) for wk in workers]
-        errors = [f.exception() for f in futures]
-        for e in errors:
-            if e is not None:
-                raise e
+    _run_workers(workers, executor)
     tot = 0
     for wk in workers:
         tot += wk.buf.n
@@ -1366,6 +1371,16 @@ cdef struct Sweep:
     double eps
 
 
+cdef struct SweepPoints:
+    # points of a sweep: memory, time, term and point of the multi-point slot
+    double* m
+    double* t
+    i64* u
+    i64* g
+    i64 cap
+    i64 n
+
+
 cdef struct SweepBuf:
     # per group: the shifts of every (term, cell) and each term's least one
     double* st
@@ -1381,23 +1396,13 @@ cdef struct SweepBuf:
     HE* heap
     i64* pos
     i64 hcap
-    # records of the group: point kept for a cell (overwritten at equal memory)
-    double* rm
-    double* rt
-    i64* ru
-    i64* rg
+    # records of the group: point kept for a cell (overwritten at equal memory), and its cell
+    SweepPoints rec
     i64* rj
-    i64 rcap
-    i64 rn
     i64* count
     i64* place
     # the worker's output: thinned points of its cells, in its groups' order
-    double* om
-    double* ot
-    i64* ou
-    i64* og
-    i64 ocap
-    i64 on
+    SweepPoints out
     i64* used
     i64 budget
     bint over
@@ -1415,31 +1420,26 @@ cdef int _sweep_reserve(SweepBuf* B, i64 cap, i64 need, i64 unit, i64* out) noex
     return 0
 
 
-cdef int _sweep_grow_records(SweepBuf* B, i64 need) noexcept nogil:
+cdef int _sweep_grow(SweepBuf* B, SweepPoints* P, i64 need, i64** cells) noexcept nogil:
+    """Room for ``need`` points in ``P`` (and their cells in ``cells[0]``, unless NULL)."""
     cdef i64 cap
-    if need <= B.rcap:
+    if need <= P.cap:
         return 0
-    if _sweep_reserve(B, B.rcap, need, 2 * sizeof(double) + 3 * sizeof(i64), &cap) != 0:
+    if _sweep_reserve(B, P.cap, need, 2 * sizeof(double) + (3 if cells != NULL else 2) * sizeof(i64), &cap) != 0:
         return -1
-    if (_resize(<void**> &B.rm, cap * sizeof(double)) or _resize(<void**> &B.rt, cap * sizeof(double))
-            or _resize(<void**> &B.ru, cap * sizeof(i64)) or _resize(<void**> &B.rg, cap * sizeof(i64))
-            or _resize(<void**> &B.rj, cap * sizeof(i64))):
+    if (_resize(<void**> &P.m, cap * sizeof(double)) or _resize(<void**> &P.t, cap * sizeof(double))
+            or _resize(<void**> &P.u, cap * sizeof(i64)) or _resize(<void**> &P.g, cap * sizeof(i64))
+            or (cells != NULL and _resize(<void**> cells, cap * sizeof(i64)))):
         return -1
-    B.rcap = cap
+    P.cap = cap
     return 0
 
 
-cdef int _sweep_grow_out(SweepBuf* B, i64 need) noexcept nogil:
-    cdef i64 cap
-    if need <= B.ocap:
-        return 0
-    if _sweep_reserve(B, B.ocap, need, 2 * sizeof(double) + 2 * sizeof(i64), &cap) != 0:
-        return -1
-    if (_resize(<void**> &B.om, cap * sizeof(double)) or _resize(<void**> &B.ot, cap * sizeof(double))
-            or _resize(<void**> &B.ou, cap * sizeof(i64)) or _resize(<void**> &B.og, cap * sizeof(i64))):
-        return -1
-    B.ocap = cap
-    return 0
+cdef void _sweep_free(SweepPoints* P) noexcept nogil:
+    free(P.m)
+    free(P.t)
+    free(P.u)
+    free(P.g)
 
 
 cdef int _sweep_grow_group(SweepBuf* B, i64 U, i64 G) noexcept nogil:
@@ -1589,7 +1589,7 @@ cdef int _sweep_group(Sweep* src, SweepBuf* B, i64 grp, i64* cell_start, i64* ce
         best[j] = INFINITY
         last[j] = -1
     most = INFINITY  # the largest best time over the cells: a point slower than it helps none
-    B.rn = 0
+    B.rec.n = 0
     while hn > 0:
         u = B.heap[0].li
         m = B.heap[0].m
@@ -1607,17 +1607,17 @@ cdef int _sweep_group(Sweep* src, SweepBuf* B, i64 grp, i64* cell_start, i64* ce
                     if cand < best[j]:
                         best[j] = cand
                         w = last[j]
-                        if w < 0 or B.rm[w] != m:
-                            if B.rn >= B.rcap and _sweep_grow_records(B, B.rn + 1) != 0:
+                        if w < 0 or B.rec.m[w] != m:
+                            if B.rec.n >= B.rec.cap and _sweep_grow(B, &B.rec, B.rec.n + 1, &B.rj) != 0:
                                 return -1
-                            w = B.rn
-                            B.rn += 1
+                            w = B.rec.n
+                            B.rec.n += 1
                             B.rj[w] = j
                             last[j] = w
-                        B.rm[w] = m
-                        B.rt[w] = cand
-                        B.ru[w] = u
-                        B.rg[w] = k
+                        B.rec.m[w] = m
+                        B.rec.t[w] = cand
+                        B.rec.u[w] = u
+                        B.rec.g[w] = k
                 most = best[0]
                 for j in range(1, G):
                     if best[j] > most:
@@ -1636,24 +1636,24 @@ cdef int _sweep_group(Sweep* src, SweepBuf* B, i64 grp, i64* cell_start, i64* ce
     # the records by cell (each cell's in memory order), thinned as the kernel thins
     for j in range(G):
         B.count[j] = 0
-    for i in range(B.rn):
+    for i in range(B.rec.n):
         B.count[B.rj[i]] += 1
-    if _sweep_grow_out(B, B.on + B.rn) != 0:
+    if _sweep_grow(B, &B.out, B.out.n + B.rec.n, NULL) != 0:
         return -1
-    start = B.on
+    start = B.out.n
     for j in range(G):
         B.place[j] = start
         start += B.count[j]
-    for i in range(B.rn):
+    for i in range(B.rec.n):
         j = B.rj[i]
         w = B.place[j]
         B.place[j] += 1
-        B.om[w] = B.rm[i]
-        B.ot[w] = B.rt[i]
-        B.ou[w] = B.ru[i]
-        B.og[w] = B.rg[i]
-    start = B.on
-    w = B.on  # where the next cell's kept points go
+        B.out.m[w] = B.rec.m[i]
+        B.out.t[w] = B.rec.t[i]
+        B.out.u[w] = B.rec.u[i]
+        B.out.g[w] = B.rec.g[i]
+    start = B.out.n
+    w = B.out.n  # where the next cell's kept points go
     for j in range(G):
         n = B.count[j]
         cell_start[cells[j]] = w
@@ -1664,27 +1664,27 @@ cdef int _sweep_group(Sweep* src, SweepBuf* B, i64 grp, i64* cell_start, i64* ce
             i = start + n - 2
             k = hi  # the last kept point
             while i >= start:
-                lim = (1.0 + src.eps) * B.om[i]
-                if B.om[k] > lim or i == start:
+                lim = (1.0 + src.eps) * B.out.m[i]
+                if B.out.m[k] > lim or i == start:
                     k -= 1
-                    B.om[k] = B.om[i]
-                    B.ot[k] = B.ot[i]
-                    B.ou[k] = B.ou[i]
-                    B.og[k] = B.og[i]
+                    B.out.m[k] = B.out.m[i]
+                    B.out.t[k] = B.out.t[i]
+                    B.out.u[k] = B.out.u[i]
+                    B.out.g[k] = B.out.g[i]
                 i -= 1
             n = start + n - k
             lo = k
         else:
             lo = start
         if w != lo:
-            memmove(&B.om[w], &B.om[lo], n * sizeof(double))
-            memmove(&B.ot[w], &B.ot[lo], n * sizeof(double))
-            memmove(&B.ou[w], &B.ou[lo], n * sizeof(i64))
-            memmove(&B.og[w], &B.og[lo], n * sizeof(i64))
+            memmove(&B.out.m[w], &B.out.m[lo], n * sizeof(double))
+            memmove(&B.out.t[w], &B.out.t[lo], n * sizeof(double))
+            memmove(&B.out.u[w], &B.out.u[lo], n * sizeof(i64))
+            memmove(&B.out.g[w], &B.out.g[lo], n * sizeof(i64))
         cell_count[cells[j]] = n
         start += B.count[j]
         w += n
-    B.on = w
+    B.out.n = w
     return 0
 
 
@@ -1709,17 +1709,11 @@ cdef class _SweepWorker:
         free(self.buf.last)
         free(self.buf.heap)
         free(self.buf.pos)
-        free(self.buf.rm)
-        free(self.buf.rt)
-        free(self.buf.ru)
-        free(self.buf.rg)
+        _sweep_free(&self.buf.rec)
         free(self.buf.rj)
         free(self.buf.count)
         free(self.buf.place)
-        free(self.buf.om)
-        free(self.buf.ot)
-        free(self.buf.ou)
-        free(self.buf.og)
+        _sweep_free(&self.buf.out)
 
     def run(self):
         cdef i64* st = <i64*> cnp.PyArray_DATA(self.starts)
@@ -1737,7 +1731,7 @@ cdef class _SweepWorker:
             if self.buf.err == 2:
                 raise ValueError("sweep kernel: a term's single points have different memory across its group")
             raise MemoryError("sweep kernel: out of memory")
-        return self.buf.on
+        return self.buf.out.n
 
 
 def sweep_kernel(list offs, list mems, list tims, cnp.ndarray row, cnp.ndarray col, int multi, cnp.ndarray cells,
@@ -1806,15 +1800,7 @@ def sweep_kernel(list offs, list mems, list tims, cnp.ndarray row, cnp.ndarray c
         wk.counts = counts
         owner[cells[group_off[bounds[k]]:group_off[bounds[k + 1]]]] = len(workers)
         workers.append(wk)
-    if executor is None or len(workers) <= 1:
-        for wk in workers:
-            wk.run()
-    else:
-        futures = [executor.submit(wk.run) for wk in workers]
-        errors = [f.exception() for f in futures]
-        for e in errors:
-            if e is not None:
-                raise e
+    _run_workers(workers, executor)
     tot = int(counts.sum())
     out_m = np.empty(tot, dtype=np.float64)
     out_t = np.empty(tot, dtype=np.float64)
@@ -1846,10 +1832,10 @@ def sweep_kernel(list offs, list mems, list tims, cnp.ndarray row, cnp.ndarray c
                 continue
             st = ps[c]
             for k in range(cnt):
-                pm[q] = bufs[po[c]].om[st + k]
-                pt[q] = bufs[po[c]].ot[st + k]
-                u = bufs[po[c]].ou[st + k]
-                v = bufs[po[c]].og[st + k]
+                pm[q] = bufs[po[c]].out.m[st + k]
+                pt[q] = bufs[po[c]].out.t[st + k]
+                u = bufs[po[c]].out.u[st + k]
+                v = bufs[po[c]].out.g[st + k]
                 if prov32:
                     pp32[q * S + src.multi] = <cnp.int32_t> v
                 else:
