@@ -28,6 +28,13 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
 * ``transformer16_sweep``: the same with and without the sweep kernel (node eliminations
   whose terms sum one multi-point cell with single points of one memory reduce every output
   cell of a row together), twice each, alternated, and whether the frontiers are the same;
+* ``transformer16_covers``: the same with and without keeping the cover bitsets of a table that
+  recurs (a repeated layer's table joined with each new frontier of the model so far) for the
+  next call on it, twice each, alternated: seconds, calls to the compiled bitsets and their
+  seconds summed over the threads that ran them, and whether the frontiers are the same;
+* ``transformer16_simd``: the same with the kernels testing points one by one and four at a
+  time (the dominance filter's list points, the sweep's cells; AVX2, where the CPU has it),
+  twice each, alternated, and whether the frontiers are the same;
 * ``transformer16_outside``: whether bounds on the rest of the graph could drop the points of
   that case's tables early (``transformer16_track`` first): 40 sampled cells of each node
   elimination's output of 40,000 points or more, and for each point whether every strategy
@@ -106,7 +113,7 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   ``min_sum``) its gap to the relaxation lower bound after descent (``end_gaps``), with the
   points the descents added and the largest fall of min(time + lam * memory) they gave.
 
-Usage: python benchmarks/bench_scale.py [--cases transformer16_track transformer16_skip transformer16_sweep transformer16_limits transformer16_terms transformer16_outside
+Usage: python benchmarks/bench_scale.py [--cases transformer16_track transformer16_skip transformer16_sweep transformer16_covers transformer16_simd transformer16_limits transformer16_terms transformer16_outside
        transformer16_parts fastest threads cyclic interval_peak iopddl candidates candidates_full mesh_loss paper16 llama mixtral] [--timeout 600] [--threads 1 2] [--thread-devices 8] [--max-memory 4e9]
        [--candidate-graphs 1x16] [--paper-models wide_resnet rnn] [--paper-uncapped] [--llama-devices 32 64]
        [--llama-layers 32] [--llama-loss]
@@ -326,6 +333,58 @@ a, b = fronts["never"], fronts["auto"]
 out(case="transformer16_sweep", threads={threads}, seconds_without_sweep=runs["never"], seconds_with_sweep=runs["auto"],
     points=[len(a), len(b)], same_frontier=bool(np.array_equal(a.memory, b.memory) and np.array_equal(a.time, b.time)
                                                 and np.array_equal(a.choices, b.choices)))
+""",
+    "transformer16_covers": r"""
+# the default track with and without keeping cover bitsets for tables that recur (run_kernel's
+# cover_memo), alternated; the frontiers and strategies are compared bit for bit
+import tensoropt_py.elimination.table as tab_mod
+import tensoropt_py.elimination.kernels as kernels_mod
+cg = build_cost_graph(zoo.transformer(), to.Cluster.preset("v100-2x8"), 16).cost_graph
+run_kernel, cover_bitsets = tab_mod.run_kernel, kernels_mod._kernels.cover_bitsets
+def forgetting(*args, **kw):
+    return run_kernel(*args, **{{**kw, "cover_memo": None}})
+spent = [0.0, 0]
+class Counting:  # the compiled module, its cover_bitsets timed
+    def __getattr__(self, name):
+        return getattr(kernels_mod.__dict__["_compiled"], name)
+    def cover_bitsets(self, *args):
+        t0 = time.perf_counter(); bits = cover_bitsets(*args); spent[0] += time.perf_counter() - t0; spent[1] += 1
+        return bits
+kernels_mod._compiled = kernels_mod._kernels
+kernels_mod._kernels = Counting()
+runs, fronts = {{}}, {{}}
+for mode in ("forget", "keep", "forget", "keep"):
+    tab_mod.run_kernel = forgetting if mode == "forget" else run_kernel
+    spent[:] = [0.0, 0]
+    t0 = time.perf_counter(); fr = track(cg, threads={threads}); runs.setdefault(mode, []).append(time.perf_counter() - t0)
+    runs.setdefault(mode + "_bitsets", (spent[1], round(spent[0], 3)))
+    fronts.setdefault(mode, fr)
+tab_mod.run_kernel = run_kernel
+kernels_mod._kernels = kernels_mod._compiled
+a, b = fronts["forget"], fronts["keep"]
+out(case="transformer16_covers", threads={threads}, seconds_recomputing=runs["forget"], seconds_keeping=runs["keep"],
+    bitset_calls_and_seconds=[runs["forget_bitsets"], runs["keep_bitsets"]], points=[len(a), len(b)],
+    same_frontier=bool(np.array_equal(a.memory, b.memory) and np.array_equal(a.time, b.time)
+                       and np.array_equal(a.choices, b.choices)))
+""",
+    "transformer16_simd": r"""
+# the default track with the kernels testing points one by one and four at a time (AVX2, where
+# the CPU has it), alternated; the frontiers and strategies are compared bit for bit
+from tensoropt_py.elimination import _kernels
+cg = build_cost_graph(zoo.transformer(), to.Cluster.preset("v100-2x8"), 16).cost_graph
+runs, fronts = {{}}, {{}}
+available = _kernels._use_simd(True)
+for on in (False, True, False, True):
+    _kernels._use_simd(on)
+    mode = "simd" if on else "one_by_one"
+    t0 = time.perf_counter(); fr = track(cg, threads={threads}); runs.setdefault(mode, []).append(time.perf_counter() - t0)
+    fronts.setdefault(mode, fr)
+_kernels._use_simd(True)
+a, b = fronts["one_by_one"], fronts["simd"]
+out(case="transformer16_simd", threads={threads}, avx2=available, seconds_one_by_one=runs["one_by_one"],
+    seconds_four_at_a_time=runs["simd"], points=[len(a), len(b)],
+    same_frontier=bool(np.array_equal(a.memory, b.memory) and np.array_equal(a.time, b.time)
+                       and np.array_equal(a.choices, b.choices)))
 """,
     "transformer16_outside": r"""
 # bounds on the rest of the graph against the points of the default run's large tables

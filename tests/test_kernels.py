@@ -1,5 +1,7 @@
 """Compiled kernels == their pure NumPy references (provenance and tie-breaking included)."""
 
+import contextlib
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -176,13 +178,77 @@ def test_lists_searched_on_from_the_last_one_agree(seed):
             assert np.array_equal(g, e)
 
 
+@contextlib.contextmanager
+def simd(on):
+    """The kernels testing points one by one (``on`` False) or four at a time (AVX2, where the
+    CPU has it: yields whether they do); the default is restored afterwards."""
+    from tensoropt_py.elimination import _kernels
+
+    default = _kernels._use_simd(True)
+    try:
+        yield _kernels._use_simd(on)
+    finally:
+        _kernels._use_simd(default)
+
+
+@pytest.fixture(params=[False, True], ids=["one_by_one", "four_at_a_time"])
+def filter_simd(request):
+    """The kernel's dominance filter testing list points one by one, then four at a time (AVX2;
+    skipped on a CPU without it)."""
+    with simd(request.param) as on:
+        if on != request.param:
+            pytest.skip("this CPU has no AVX2")
+        yield on
+
+
+@settings(max_examples=200)
+@given(st.integers(0, 10**6), st.booleans())
+def test_the_filter_finds_the_first_point_below_the_buckets(seed, integer):
+    """The dominance filter of a list against a bucket table (one by one, and four at a time
+    where the CPU can) finds the first point faster than its bucket's time, as written out in
+    NumPy: long runs of filtered points (galloped over past the one-by-one stretch), points at
+    or beyond either end of the buckets, ties (integer costs)."""
+    from tensoropt_py.elimination import _kernels
+
+    rng = np.random.default_rng(seed)
+    n, nb = int(rng.integers(0, 300)), int(_kernels.FILTER_BUCKETS)
+    mem = np.sort(rng.uniform(-10.0, 110.0, n))
+    tim = np.sort(rng.uniform(0.0, 100.0, n))[::-1].copy()
+    if integer:
+        mem, tim = np.round(mem), np.round(tim)
+    sm, st_ = float(rng.uniform(-5, 5)), float(rng.choice([0.0, rng.uniform(-30, 30)]))
+    lo, inv = 0.0, nb / 100.0
+    j = int(rng.integers(0, n + 1))
+    end = int(rng.integers(j, n + 1))
+    x = (mem + sm - lo) * inv
+    bucket = np.where(x <= 0, 0, np.where(x >= nb - 1, nb - 1, np.trunc(np.clip(x, 0, nb - 1)))).astype(np.int64)
+    if rng.random() < 0.5:
+        below = np.sort(rng.uniform(0.0, 120.0, nb))[::-1].copy()
+    else:  # a staircase just below the list up to a point p, just above it from there
+        p = int(rng.integers(j, n + 1))
+        delta = float(rng.choice([0.0, 1e-9, 0.5]))
+        below = np.full(nb, np.inf)
+        for i in range(n):
+            below[bucket[i]:] = tim[i] + st_ + (delta if i >= p else -delta)
+        below = np.minimum.accumulate(below)  # a staircase's times fall: so do its buckets'
+    if integer:
+        below = np.round(below)
+    below[: int(rng.integers(0, 20))] = np.inf  # buckets below the staircase's first point
+    hits = np.flatnonzero(below[bucket[j:end]] > tim[j:end] + st_)
+    expected = j + int(hits[0]) if hits.size else end
+    for on in (False, True):
+        with simd(on):
+            assert _kernels._first_unfiltered_of(mem, tim, sm, st_, j, end, below, lo, inv) == expected, on
+
+
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("integer", [False, True])
-def test_cells_of_many_close_terms_agree(seed, integer):
+@pytest.mark.parametrize("points", [(15, 30), (50, 120)], ids=["short", "long"])
+def test_cells_of_many_close_terms_agree(seed, integer, points, filter_simd):
     # the costly cells of a node elimination: dozens of terms per cell, each a frontier of
-    # 15-30 points times one of 5-10, their sums running close to one another and crossing
-    # (the kernel filters such cells by memory buckets of their staircase); integer costs tie
-    # often
+    # 15-30 (or 50-120: runs of filtered points past the filter's one-by-one stretch) points
+    # times one of 5-10, their sums running close to one another and crossing (the kernel
+    # filters such cells by memory buckets of their staircase); integer costs tie often
     rng = np.random.default_rng(seed)
 
     def table(n_cells, lo, hi, spread):
@@ -201,7 +267,7 @@ def test_cells_of_many_close_terms_agree(seed, integer):
         return np.array(offs), np.array(ms), np.array(ts)
 
     U, n_out = 48, 5
-    tables = [table(n_out * U, 15, 30, 3.0), table(U, 1, 1, 1.0), table(U * 2, 5, 10, 2.0)]
+    tables = [table(n_out * U, *points, 3.0), table(U, 1, 1, 1.0), table(U * 2, 5, 10, 2.0)]
     row = np.stack([np.arange(n_out) * U, np.zeros(n_out, dtype=np.int64), np.arange(n_out) % 2])
     col = np.stack([np.arange(U), np.arange(U), np.arange(U) * 2])
     term_off = np.arange(n_out + 1) * U
@@ -293,6 +359,48 @@ def test_skipped_covered_terms_leave_the_result_unchanged(seed, integer, roundin
             assert np.array_equal(g, e), skip
 
 
+class RecordingMemo:
+    """A memo of the kind ``run_kernel`` keeps cover bitsets in, counting what it is asked."""
+
+    def __init__(self):
+        self.kept, self.hits, self.misses = {}, 0, 0
+
+    def recall(self, key):
+        hit = self.kept.get(key)
+        self.hits += hit is not None
+        self.misses += hit is None
+        return hit
+
+    def remember(self, key, arrays):
+        self.kept[key] = arrays
+
+
+@settings(max_examples=60)
+@given(st.integers(0, 10**6), st.booleans(), st.sampled_from([0.0, 0.01]))
+def test_kept_cover_bitsets_serve_a_table_of_the_same_content(seed, rounding, eps):
+    """Cover bitsets kept for one call serve a later call on copies of its tables (same content
+    keys): every slot is a hit, nothing new is kept, and both results are the reference's."""
+    from tensoropt_py.elimination.kernels import run_kernel
+
+    rng = np.random.default_rng(seed)
+    tables, row, col = outer_job(rng, False, rounding)
+    S, (n_out, U) = len(tables), (row.shape[1], col.shape[1])
+    cells = (row.T[:, None, :] + col.T[None, :, :]).reshape(n_out * U, S)
+    term_off = np.arange(n_out + 1, dtype=np.int64) * U
+    exp = combine_reference(tables, term_off, cells, epsilon=eps)
+    memo = RecordingMemo()
+    keys = [lambda s=s: ("table", s) for s in range(S)]
+    for copy in (False, True):
+        offs, mems, tims = ([np.array(t[i], dtype=float if i else np.int64) for t in tables] for i in range(3))
+        got = run_kernel(offs, mems, tims, term_off, None, eps, int(rng.integers(1, 3)), outer=(row, col),
+                         skip_covered="always", sweep="never", cover_memo=memo, table_keys=keys)
+        for g, e in zip(got, exp):
+            assert np.array_equal(g, e), copy
+        if not copy:
+            assert (memo.hits, memo.misses, len(memo.kept)) == (0, S, S)
+    assert (memo.hits, memo.misses, len(memo.kept)) == (S, S, S)
+
+
 def test_a_covered_term_is_skipped_only_behind_one_of_the_same_base():
     """Slot 0: cell 0 covers cell 1. Slot 1: cell 1 (three points) covers cell 0 (one)."""
     t0 = (np.array([0, 2, 3]), np.array([1.0, 2.0, 2.0]), np.array([2.0, 1.0, 2.0]))
@@ -368,10 +476,11 @@ def test_the_sweep_matches_the_reference(seed, rounding, multi_last, eps):
     assert plan is not None and plan[0] in (0, S - 1)
     cells = (row.T[:, None, :] + col.T[None, :, :]).reshape(n_out * U, S)
     exp = combine_reference(tables, np.arange(n_out + 1) * U, cells, epsilon=eps)
-    for threads in (1, 2):
-        got = combine_outer(tables, row, col, epsilon=eps, threads=threads, sweep="always")
+    for threads, on in ((1, False), (2, False), (1, True), (2, True)):  # each cell, or four at a time
+        with simd(on):
+            got = combine_outer(tables, row, col, epsilon=eps, threads=threads, sweep="always")
         for g, e in zip(got, exp):
-            assert np.array_equal(g, e)
+            assert np.array_equal(g, e), (threads, on)
 
 
 def test_the_sweep_takes_only_its_form():

@@ -22,7 +22,9 @@ they give the same points with the same provenance. In a cell of many large term
 lists each, the one-by-one merge first passes each list through a filter: a table of the
 frontier's least time below each of ``_BUCKETS`` memory buckets (rebuilt from the frontier
 once the list points met since pay for it) drops the points that a frontier point of a lower
-bucket dominates, which no merge order keeps. Most lists there run just above the frontier,
+bucket dominates, which no merge order keeps (four list points at a time where the CPU has
+AVX2, chosen when the module loads; ``_use_simd`` switches it for tests: the same points
+either way). Most lists there run just above the frontier,
 each point against another step of it, and are dropped whole without being built
 (``benchmarks/bench_scale.py --cases transformer16_terms`` counts the points it would drop,
 given each sampled cell's whole frontier, in the default Transformer@16 run's costliest
@@ -39,8 +41,8 @@ first or the last), with a summed memory that depends on the term only (a node's
 and an edge of one memory: a layout edge not yet summed with anything). The output cells
 that share a row of the multi-point slot then see one sequence of points in memory order,
 each shifted in time by the term and the cell, and one pass over it serves them all: per
-point, a branch-free test against every cell's best time so far, and the cells it beats
-keep it. In the default Transformer@16 run, the node eliminations of this form took 4.6 s
+point, a test against every cell's best time so far (branch-free, or four cells at a time
+with AVX2), and the cells it beats keep it. In the default Transformer@16 run, the node eliminations of this form took 4.6 s
 of the 9.8 s its steps take on one thread with the general kernel, and 1.7 s with the sweep. The general kernel
 merges each cell's lists instead (the same points and provenance; ``transformer16_sweep``
 in ``benchmarks/bench_scale.py`` compares the default Transformer@16 run with and without it).
@@ -67,8 +69,79 @@ cdef extern from *:
     static inline long long _tensoropt_atomic_add(long long* p, long long v) {
         return __atomic_add_fetch(p, v, __ATOMIC_RELAXED);
     }
+
+    /* First index in [j, end) of a list (memories bm, times bt, shifted by (sm, st)) whose
+       point is faster than below[bucket of its memory], or end: the test of _bucket_of and
+       _first_unfiltered, point by point (bucket x = (m - lo) * inv, 0 at or below 0, top at
+       or above top, else truncated). */
+    static long long _tensoropt_scan_plain(const double* bm, const double* bt, double sm, double st,
+                                           long long j, long long end, const double* below,
+                                           double lo, double inv, double top) {
+        for (; j < end; j++) {
+            double x = (bm[j] + sm - lo) * inv;
+            long long b = x <= 0.0 ? 0 : (x >= top ? (long long) top : (long long) x);
+            if (below[b] > bt[j] + st)
+                return j;
+        }
+        return end;
+    }
+
+    #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+    #include <immintrin.h>
+    /* The same, four points at a time (the same operations on each: the same buckets) */
+    __attribute__((target("avx2")))
+    static long long _tensoropt_scan_avx2(const double* bm, const double* bt, double sm, double st,
+                                          long long j, long long end, const double* below,
+                                          double lo, double inv, double top) {
+        const __m256d vsm = _mm256_set1_pd(sm), vst = _mm256_set1_pd(st), vlo = _mm256_set1_pd(lo);
+        const __m256d vinv = _mm256_set1_pd(inv), vzero = _mm256_setzero_pd(), vtop = _mm256_set1_pd(top);
+        for (; j + 4 <= end; j += 4) {
+            __m256d x = _mm256_mul_pd(_mm256_sub_pd(_mm256_add_pd(_mm256_loadu_pd(bm + j), vsm), vlo), vinv);
+            x = _mm256_blendv_pd(x, vzero, _mm256_cmp_pd(x, vzero, _CMP_LE_OQ));
+            x = _mm256_blendv_pd(x, vtop, _mm256_cmp_pd(x, vtop, _CMP_GE_OQ));
+            __m256d f = _mm256_i32gather_pd(below, _mm256_cvttpd_epi32(x), 8);
+            __m256d t = _mm256_add_pd(_mm256_loadu_pd(bt + j), vst);
+            int mask = _mm256_movemask_pd(_mm256_cmp_pd(f, t, _CMP_GT_OQ));
+            if (mask)
+                return j + __builtin_ctz(mask);
+        }
+        return _tensoropt_scan_plain(bm, bt, sm, st, j, end, below, lo, inv, top);
+    }
+    /* Whether t0 + st[j] < best[j] for some j < n (the sweep's test of a point against every
+       cell of its group), four cells at a time */
+    __attribute__((target("avx2")))
+    static int _tensoropt_any_faster_avx2(const double* st, const double* best, double t0, long long n) {
+        const __m256d vt = _mm256_set1_pd(t0);
+        long long j = 0;
+        for (; j + 4 <= n; j += 4) {
+            __m256d c = _mm256_add_pd(vt, _mm256_loadu_pd(st + j));
+            if (_mm256_movemask_pd(_mm256_cmp_pd(c, _mm256_loadu_pd(best + j), _CMP_LT_OQ)))
+                return 1;
+        }
+        for (; j < n; j++)
+            if (t0 + st[j] < best[j])
+                return 1;
+        return 0;
+    }
+    static int _tensoropt_avx2(void) {
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx2");
+    }
+    #else
+    #define _tensoropt_scan_avx2 _tensoropt_scan_plain
+    static int _tensoropt_any_faster_avx2(const double* st, const double* best, double t0, long long n) {
+        return 0;  /* never called: no AVX2 */
+    }
+    static int _tensoropt_avx2(void) { return 0; }
+    #endif
     """
     i64 _atomic_add "_tensoropt_atomic_add"(i64* p, i64 v) nogil
+    i64 _scan_plain "_tensoropt_scan_plain"(const double* bm, const double* bt, double sm, double st, i64 j, i64 end,
+                                            const double* below, double lo, double inv, double top) nogil
+    i64 _scan_avx2 "_tensoropt_scan_avx2"(const double* bm, const double* bt, double sm, double st, i64 j, i64 end,
+                                          const double* below, double lo, double inv, double top) nogil
+    int _any_faster_avx2 "_tensoropt_any_faster_avx2"(const double* st, const double* best, double t0, i64 n) nogil
+    int _cpu_avx2 "_tensoropt_avx2"() nogil
 
 cdef enum:
     MAXS = 6
@@ -80,6 +153,40 @@ cdef enum:
     _FILTER_MIN_TERMS = 32  # ... in this many terms (one term's shifted lists: the merge's gallops do better)
     _FILTER_MIN_LISTS = 2  # ... of this many lists each on average (terms of one list each: likewise)
     _COVER_WORDS = 8  # 64-bit words of a cell's cover bitsets: covers apply to cells of 512 terms or fewer
+    _SCAN_RUN = 32  # list points the filter tests one by one before galloping over a run of filtered ones
+
+cdef bint _simd_scan = _cpu_avx2() != 0
+
+
+def _use_simd(bint on):
+    """Let the dominance filter test four list points at a time, and the sweep test a point against
+    four cells at a time, where the CPU has AVX2 (``on``, the default where it has), or one by
+    one: the same points either way (private; tests compare both with the reference). Returns
+    whether they now do."""
+    global _simd_scan
+    _simd_scan = on and _cpu_avx2() != 0
+    return _simd_scan
+
+
+def _first_unfiltered_of(cnp.ndarray mem, cnp.ndarray tim, double sm, double st, i64 j, i64 end,
+                         cnp.ndarray below, double lo, double inv):
+    """The dominance filter on one list (private, for tests): the first index from ``j`` whose
+    point, shifted by ``(sm, st)``, is faster than ``below`` (``FILTER_BUCKETS`` non-increasing
+    times) at the bucket of its memory, ``(memory - lo) * inv`` clamped and truncated; ``end``
+    if none. Times must fall weakly along the list (the filter gallops over them)."""
+    _require_c(mem, np.float64, "memory")
+    _require_c(tim, np.float64, "time")
+    _require_c(below, np.float64, "below")
+    if below.shape[0] != _BUCKETS or not 0 <= j <= end <= mem.shape[0] or tim.shape[0] != mem.shape[0]:
+        raise ValueError("_first_unfiltered_of: bad shapes or range")
+    cdef Buf B
+    memset(&B, 0, sizeof(Buf))
+    B.below = <double*> cnp.PyArray_DATA(below)
+    B.buckets_lo = lo
+    B.buckets_inv = inv
+    return _first_unfiltered(&B, <const double*> cnp.PyArray_DATA(mem), <const double*> cnp.PyArray_DATA(tim),
+                             sm, st, j, end)
+
 
 MAX_SLOTS = MAXS
 STAIR_LIMIT = 65536
@@ -382,12 +489,20 @@ cdef inline i64 _first_unfiltered(Buf* B, const double* bm, const double* bt, do
     staircase point of a lower bucket: each point before it has a staircase point of less
     memory and no more time, so it cannot be kept, in any merge order."""
     cdef double f
+    cdef i64 stop
     while j < end:
-        f = B.below[_bucket_of(B, bm[j] + sm)]
-        if f > bt[j] + st:
+        # each point in turn, up to _SCAN_RUN of them (four at a time where the CPU can)
+        stop = j + _SCAN_RUN if j + _SCAN_RUN < end else end
+        if _simd_scan:
+            j = _scan_avx2(bm, bt, sm, st, j, stop, B.below, B.buckets_lo, B.buckets_inv, _BUCKETS - 1)
+        else:
+            j = _scan_plain(bm, bt, sm, st, j, stop, B.below, B.buckets_lo, B.buckets_inv, _BUCKETS - 1)
+        if j < stop or j == end:
             return j
-        # the points after it of time >= f lie in its bucket or above, where below <= f
-        j = _first_faster(bt, 1, st, j + 1, end, f)
+        # a long run of filtered points: the points after the last of time >= its f lie in
+        # its bucket or above, where below <= f, and are galloped over
+        f = B.below[_bucket_of(B, bm[j - 1] + sm)]
+        j = _first_faster(bt, 1, st, j, end, f)
     return end
 
 
@@ -1597,10 +1712,13 @@ cdef int _sweep_group(Sweep* src, SweepBuf* B, i64 grp, i64* cell_start, i64* ce
         t0 = 0.0 if B.alt[u] else tm[k]
         if t0 + B.min_st[u] < most:
             strow = B.st + u * G
-            # a branch-free pass first: most points better no cell
-            hit = 0
-            for j in range(G):
-                hit = hit | (t0 + strow[j] < best[j])
+            # a test of every cell first (branch-free, or four at a time): most points better none
+            if _simd_scan:
+                hit = _any_faster_avx2(strow, best, t0, G)
+            else:
+                hit = 0
+                for j in range(G):
+                    hit = hit | (t0 + strow[j] < best[j])
             if hit:
                 for j in range(G):
                     cand = t0 + strow[j]

@@ -273,7 +273,8 @@ def _parse_outer(offs, row, col, validate):
 
 
 def run_kernel(offs, mems, tims, term_off, term_cells, eps, threads, stair_limit=_STAIR_LIMITS["auto"], outer=None,
-               max_bytes=None, prov32=False, skip_covered: SkipCovered = "auto", sweep: Sweep = "auto"):
+               max_bytes=None, prov32=False, skip_covered: SkipCovered = "auto", sweep: Sweep = "auto", cover_memo=None,
+               table_keys=None):
     """The compiled kernel on checked, contiguous inputs, its output cells split into chunks of
     about equal work for ``threads`` threads (internal: :func:`combine_ragged`,
     :func:`combine_outer` and the engine's tables call it). ``max_bytes``: most bytes its
@@ -283,7 +284,11 @@ def run_kernel(offs, mems, tims, term_off, term_cells, eps, threads, stair_limit
     proves covered are skipped (``"auto"``: where checking their cells pays; the result is
     the same). ``sweep``: whether outer terms of the form :func:`_sweep_plan` recognises are
     combined by the sweep kernel (``"auto"``: where its groups are large enough to pay; the
-    result is the same)."""
+    result is the same). ``cover_memo`` (an object with ``recall(key)`` and ``remember(key,
+    arrays)``, such as the engine's :class:`~tensoropt_py.elimination.table.Context`) keeps the
+    cover bitsets of a slot for a later call on a table of the same content, which
+    ``table_keys`` tells: per slot, a callable returning a hashable key of the table's content
+    (called only where the bitsets are wanted)."""
     if outer is not None and sweep != "never":
         plan = _sweep_plan(offs, mems, *outer, threads, always=sweep == "always")
         if plan is not None:
@@ -295,7 +300,8 @@ def run_kernel(offs, mems, tims, term_off, term_cells, eps, threads, stair_limit
     bounds = _chunk_bounds(term_off, term_off.shape[0] - 1, threads, work)
     covers = None
     if outer is not None and skip_covered != "never" and 2 <= outer[1].shape[1] <= _MAX_COVER_TERMS and outer[0].shape[1]:
-        covers = _cover_tables(offs, mems, tims, *outer, threads, always=skip_covered == "always", max_bytes=max_bytes)
+        covers = _cover_tables(offs, mems, tims, *outer, threads, always=skip_covered == "always", max_bytes=max_bytes,
+                               memo=cover_memo, table_keys=table_keys)
     return _kernels.combine_kernel(offs, mems, tims, term_off, term_cells, eps, bounds, _executor(threads), stair_limit,
                                    outer, -1 if max_bytes is None else max(int(max_bytes), 0), bool(prov32), covers)
 
@@ -360,12 +366,15 @@ _MAX_COVER_TERMS = int(_kernels.MAX_COVER_TERMS)  # the kernel's per-cell bitset
 _COVER_MAX_BYTES = 2**28  # most bytes of cover bitsets (a quarter of a call's max_bytes where less)
 
 
-def _cover_tables(offs, mems, tims, row, col, threads, always=False, max_bytes=None):
+def _cover_tables(offs, mems, tims, row, col, threads, always=False, max_bytes=None, memo=None, table_keys=None):
     """The kernel's ``covers``: per slot, the cover bitsets of its distinct row values (the
     rows split among ``threads`` threads) and each output cell's index among them. None
     (unless ``always``) where comparing every pair of terms' cells, per slot and distinct row,
     would cost more than the terms' candidate points (each slot's mean cell size, multiplied)
-    could save, or where the bitsets would take more than their bytes' share."""
+    could save, or where the bitsets would take more than their bytes' share. With ``memo``
+    and ``table_keys`` (see :func:`run_kernel`), a slot's bitsets are looked up by its table's
+    key, row values and columns first, and kept there once computed: a repeated layer's table
+    joined with each new frontier of the model so far has the same ones every time."""
     S, n_out = row.shape
     U = col.shape[1]
     uniques = [np.unique(row[s], return_inverse=True) for s in range(S)]
@@ -376,18 +385,30 @@ def _cover_tables(offs, mems, tims, row, col, threads, always=False, max_bytes=N
         checks, saved = rows * float(U) * U, _COVER_CHECKS_PER_POINT * n_out * U * points
         if checks > saved or rows * U * ((U + 63) // 64) * 8 > limit:
             return None
+    cols = [np.ascontiguousarray(col[s], dtype=np.int64) for s in range(S)]
+    keys = [None] * S
+    bitsets = [None] * S
     jobs = []  # (slot, row values): each slot's rows split into one piece per thread
     for s, (values, _) in enumerate(uniques):
         values = np.ascontiguousarray(values, dtype=np.int64)
+        if memo is not None and table_keys is not None:
+            keys[s] = ("cover bitsets", table_keys[s](), values.tobytes(), cols[s].tobytes())
+            hit = memo.recall(keys[s])
+            if hit is not None:
+                bitsets[s] = hit[0]
+                continue
         jobs += [(s, piece) for piece in np.array_split(values, min(threads, values.size))]
     executor = _executor(threads)
 
     def bits(job):
         s, piece = job
-        return _kernels.cover_bitsets(offs[s], mems[s], tims[s], piece, np.ascontiguousarray(col[s], dtype=np.int64))
+        return _kernels.cover_bitsets(offs[s], mems[s], tims[s], piece, cols[s])
 
     pieces = list(map(bits, jobs) if executor is None else executor.map(bits, jobs))
-    bitsets = [np.concatenate([p for (s, _), p in zip(jobs, pieces) if s == slot]) for slot in range(S)]
+    for slot in {s for s, _ in jobs}:
+        bitsets[slot] = np.concatenate([p for (s, _), p in zip(jobs, pieces) if s == slot])
+        if keys[slot] is not None:
+            memo.remember(keys[slot], (bitsets[slot],))
     return bitsets, [np.ascontiguousarray(inverse.reshape(-1), dtype=np.int64) for _, inverse in uniques]
 
 

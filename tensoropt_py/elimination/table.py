@@ -361,12 +361,11 @@ class Context:
     def _memo_hit(self, key, parents, depth):
         """The memoised result of ``key`` as a new table over ``parents`` (of ``depth``
         thinning steps, :func:`_depth`), or None."""
-        hit = self._memo.get(key)
+        hit = self.recall(key)
         if hit is None:
             return None
         # same inputs (content, not identity): the same output, and provenance
         # indices are valid in these parents as well
-        self._memo.move_to_end(key)
         off, m, t, prov = hit
         self.stats["combines"] += 1
         self.stats["memo_hits"] += 1
@@ -385,7 +384,8 @@ class Context:
             used = self.held_bytes + self._memo_bytes
             budget = None if self.max_bytes is None else self.max_bytes - used
             try:
-                return run_kernel(*args, outer=outer, max_bytes=budget, prov32=prov32)
+                return run_kernel(*args, outer=outer, max_bytes=budget, prov32=prov32, cover_memo=self,
+                                  table_keys=[p.digest for p in parents])
             except KernelBudgetExceeded as exc:
                 if self._reclaim():
                     continue
@@ -429,17 +429,28 @@ class Context:
                 self.epsilon = float(switch_eps)
                 self.stats["epsilon_from_combine"] = self.stats["combines"]
         if key is not None:
-            entry = (off, m, t, prov)
-            nbytes = sum(a.nbytes for a in entry)
             # kept whatever share of the memo it takes (older entries make room): a repeated
             # layer's largest step is the one most worth keeping (left out, a mixture of experts'
             # 750 MB edge merges were recomputed in each of its 32 layers: 80 s instead of 13 s)
-            if nbytes <= self._memo_cap:
-                self._memo[key] = entry
-                self._memo_bytes += nbytes
-                while self._memo_bytes > self._memo_cap:
-                    self._drop_oldest_memo()
+            self.remember(key, (off, m, t, prov))
         return self.register(_derived(FTable(off, m, t, parents, prov, depth=depth), key))
+
+    def recall(self, key):
+        """The memo's arrays under ``key`` (None when absent), now its most recent entry."""
+        hit = self._memo.get(key)
+        if hit is not None:
+            self._memo.move_to_end(key)
+        return hit
+
+    def remember(self, key, arrays):
+        """Keep the tuple ``arrays`` in the memo under ``key`` while it fits the memo's bytes
+        (the oldest entries are dropped to make room; a larger one is not kept)."""
+        nbytes = sum(a.nbytes for a in arrays)
+        if nbytes <= self._memo_cap:
+            self._memo[key] = arrays
+            self._memo_bytes += nbytes
+            while self._memo_bytes > self._memo_cap:
+                self._drop_oldest_memo()
 
     def _drop_oldest_memo(self):
         _, old = self._memo.popitem(last=False)
