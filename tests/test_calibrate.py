@@ -136,7 +136,9 @@ def test_mpiexec_calibration_feeds_comm_model(tmp_path):
     # the synchronisation terms of the one partitioning with a pair, and nothing for single devices
     assert set(comm.sync) == {(2, 2, 1)}
     wait, stretch = comm.sync_for((2, 2, 1))
-    assert 0 <= wait < 1 and 1 <= stretch < 100
+    # measured: on a shared 2-core host the stretch has no useful upper bound (108 was seen with
+    # two ranks), so only its floor and the wait's units (seconds) are checked
+    assert 0 <= wait < 1 and 1 <= stretch and math.isfinite(stretch)
 
 
 @needs_mpi
