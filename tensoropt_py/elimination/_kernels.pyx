@@ -70,19 +70,21 @@ cdef extern from *:
         return __atomic_add_fetch(p, v, __ATOMIC_RELAXED);
     }
 
+    /* The filter's bucket of memory m: x = (m - lo) * inv, 0 at or below 0, top at or above
+       top, else truncated (the AVX2 scan below does the same operations on four at once). */
+    static inline long long _tensoropt_bucket(double m, double lo, double inv, double top) {
+        double x = (m - lo) * inv;
+        return x <= 0.0 ? 0 : (x >= top ? (long long) top : (long long) x);
+    }
+
     /* First index in [j, end) of a list (memories bm, times bt, shifted by (sm, st)) whose
-       point is faster than below[bucket of its memory], or end: the test of _bucket_of and
-       _first_unfiltered, point by point (bucket x = (m - lo) * inv, 0 at or below 0, top at
-       or above top, else truncated). */
+       point is faster than below[its bucket], or end: _first_unfiltered's test, point by point. */
     static long long _tensoropt_scan_plain(const double* bm, const double* bt, double sm, double st,
                                            long long j, long long end, const double* below,
                                            double lo, double inv, double top) {
-        for (; j < end; j++) {
-            double x = (bm[j] + sm - lo) * inv;
-            long long b = x <= 0.0 ? 0 : (x >= top ? (long long) top : (long long) x);
-            if (below[b] > bt[j] + st)
+        for (; j < end; j++)
+            if (below[_tensoropt_bucket(bm[j] + sm, lo, inv, top)] > bt[j] + st)
                 return j;
-        }
         return end;
     }
 
@@ -136,6 +138,7 @@ cdef extern from *:
     #endif
     """
     i64 _atomic_add "_tensoropt_atomic_add"(i64* p, i64 v) nogil
+    i64 _bucket "_tensoropt_bucket"(double m, double lo, double inv, double top) nogil
     i64 _scan_plain "_tensoropt_scan_plain"(const double* bm, const double* bt, double sm, double st, i64 j, i64 end,
                                             const double* below, double lo, double inv, double top) nogil
     i64 _scan_avx2 "_tensoropt_scan_avx2"(const double* bm, const double* bt, double sm, double st, i64 j, i64 end,
@@ -457,12 +460,7 @@ cdef inline i64 _append_point(SP* b, i64 k, double m, double t, i64 li, i64 pos)
 cdef inline i64 _bucket_of(Buf* B, double m) noexcept nogil:
     """Bucket of memory ``m``: non-decreasing in ``m`` (clamped), whatever the rounding, so a
     point of a lower bucket has less memory."""
-    cdef double x = (m - B.buckets_lo) * B.buckets_inv
-    if x <= 0.0:
-        return 0
-    if x >= _BUCKETS - 1:
-        return _BUCKETS - 1
-    return <i64> x
+    return _bucket(m, B.buckets_lo, B.buckets_inv, _BUCKETS - 1)
 
 
 cdef void _build_buckets(Buf* B, i64 n) noexcept nogil:
