@@ -35,6 +35,10 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
 * ``transformer16_simd``: the same with the kernels testing points one by one and four at a
   time (the dominance filter's list points, the sweep's cells; AVX2, where the CPU has it),
   twice each, alternated, and whether the frontiers are the same;
+* ``transformer16_hub_first``: the same with and without eliminating a hub before its
+  neighbour where the driver estimates that cheaper (the first encoder and decoder layers'
+  input), twice each, alternated: seconds, hubs so eliminated, and how far the frontiers differ
+  (the two orders round differently) and whether their strategies are the same;
 * ``transformer16_outside``: whether bounds on the rest of the graph could drop the points of
   that case's tables early (``transformer16_track`` first): 40 sampled cells of each node
   elimination's output of 40,000 points or more, and for each point whether every strategy
@@ -113,7 +117,7 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   ``min_sum``) its gap to the relaxation lower bound after descent (``end_gaps``), with the
   points the descents added and the largest fall of min(time + lam * memory) they gave.
 
-Usage: python benchmarks/bench_scale.py [--cases transformer16_track transformer16_skip transformer16_sweep transformer16_covers transformer16_simd transformer16_limits transformer16_terms transformer16_outside
+Usage: python benchmarks/bench_scale.py [--cases transformer16_track transformer16_skip transformer16_sweep transformer16_covers transformer16_simd transformer16_hub_first transformer16_limits transformer16_terms transformer16_outside
        transformer16_parts fastest threads cyclic interval_peak iopddl candidates candidates_full mesh_loss paper16 llama mixtral] [--timeout 600] [--threads 1 2] [--thread-devices 8] [--max-memory 4e9]
        [--candidate-graphs 1x16] [--paper-models wide_resnet rnn] [--paper-uncapped] [--llama-devices 32 64]
        [--llama-layers 32] [--llama-loss]
@@ -388,6 +392,30 @@ out(case="transformer16_simd", threads={threads}, avx2=available, seconds_one_by
     same_frontier=bool(np.array_equal(a.memory, b.memory) and np.array_equal(a.time, b.time)
                        and np.array_equal(a.choices, b.choices)))
 """,
+    "transformer16_hub_first": r"""
+# the default track with and without eliminating a hub before its neighbour where that costs
+# less (driver._hub_first), alternated; the two orders sum the same terms in another order, so
+# the frontiers are compared to the last bits of rounding
+import tensoropt_py.elimination.driver as driver
+cg = build_cost_graph(zoo.transformer(), to.Cluster.preset("v100-2x8"), 16).cost_graph
+hub_first = driver._hub_first
+def never(*args, **kw):
+    return None
+runs, fronts, fired = {{}}, {{}}, {{}}
+for mode in ("plain", "hub_first", "plain", "hub_first"):
+    driver._hub_first = hub_first if mode == "hub_first" else never
+    t0 = time.perf_counter(); fr = track(cg, threads={threads}); runs.setdefault(mode, []).append(time.perf_counter() - t0)
+    fronts.setdefault(mode, fr)
+    fired.setdefault(mode, fr.stats["hub_first"])
+driver._hub_first = hub_first
+a, b = fronts["plain"], fronts["hub_first"]
+same_size = len(a) == len(b)
+out(case="transformer16_hub_first", threads={threads}, seconds_plain=runs["plain"], seconds_hub_first=runs["hub_first"],
+    hubs_first=fired["hub_first"], points=[len(a), len(b)],
+    max_rel_diff=(float(max(np.abs(b.memory / a.memory - 1).max(), np.abs(b.time / a.time - 1).max()))
+                  if same_size else None),
+    same_strategies=bool(same_size and np.array_equal(a.choices, b.choices)))
+""",
     "transformer16_outside": r"""
 # bounds on the rest of the graph against the points of the default run's large tables
 import tensoropt_py.elimination.driver as driver
@@ -466,6 +494,7 @@ def finished(finish_run):  # the end of a heuristic run: the next steps are the 
     return wrapper
 driver.eliminate_node = timed(driver.eliminate_node)
 driver.fold_leaf = timed(driver.fold_leaf)
+driver.eliminate_hub_first = timed(driver.eliminate_hub_first)
 track_mod._run = attempt(track_mod._run)
 track_mod._finish_run = finished(track_mod._finish_run)
 t0 = time.perf_counter()

@@ -15,7 +15,13 @@ from tensoropt_py.elimination.heuristic_elimination import (
     shrink_costly,
 )
 from tensoropt_py.elimination.linear_chain import ChainMarker
-from tensoropt_py.elimination.node_elimination import detach, eliminate_node, elimination_work, fold_leaf
+from tensoropt_py.elimination.node_elimination import (
+    detach,
+    eliminate_hub_first,
+    eliminate_node,
+    elimination_work,
+    fold_leaf,
+)
 from tensoropt_py.engine import CostGraph, LayoutEdge, brute_force_frontier, evaluate
 from tensoropt_py.engine.ldp import ldp
 from tensoropt_py.engine.random_graphs import random_chain, random_small_dag
@@ -65,6 +71,53 @@ def test_node_elimination_is_exact(seed, layout):
     eliminate_node(g, 1)
     assert set(g.adj[0]) == {2} and g.stats["node"] == 1
     finish_exact(cg, g)
+
+
+def hub_triangle(rng, carriers=1, layout=False, j_to_carrier=False, carrier_options=1):
+    """Node 1 between hub 0 and node 2, the hub also joined to node 2 and to one-config
+    carriers 3.. (edges of ``carrier_options`` options), and the carriers to a node 2 + carriers + 1
+    that keeps them from being eliminated first."""
+    ks = [4, 3, 4] + [1] * carriers + [2]
+    nodes = int_nodes(rng, ks)
+    mk = (lambda u, v: int_layout(rng, ks[u], ks[v], 2, 2, R=3)) if layout else (lambda u, v: int_edge(rng, ks[u], ks[v], R=3))
+    edges = [(0, 1, mk(0, 1)), (1, 2, mk(1, 2)), (0, 2, int_edge(rng, 4, 4, R=2))]
+    last = len(ks) - 1
+    for c in range(3, 3 + carriers):
+        # every option on the cell's frontier: a carrier edge of carrier_options points per cell
+        steps = np.arange(carrier_options, dtype=float)
+        carry = rng.integers(0, 5, size=(1, 4, 1, 2)) + np.stack([steps, steps[::-1]], axis=-1)
+        edges += [(c, 0, carry if carrier_options > 1 else carry[:, :, 0]), (c, last, int_edge(rng, 1, 2))]
+    if j_to_carrier:
+        edges.append((2, 3, int_edge(rng, 4, 1, R=2)))
+    return CostGraph(nodes, edges)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("carriers, layout, j_to_carrier", [(1, False, False), (1, True, True), (2, False, True)])
+def test_hub_first_elimination_is_exact(seed, carriers, layout, j_to_carrier):
+    cg = hub_triangle(np.random.default_rng(seed), carriers, layout, j_to_carrier)
+    g = build_working_graph(cg)
+    eliminate_hub_first(g, 1, 0)
+    # both gone; what they summed rides on an edge from node 2 to the first carrier
+    assert 0 not in g.nodes and 1 not in g.nodes and 3 in g.adj[2]
+    assert all(3 + c in g.nodes and 0 not in g.adj[3 + c] for c in range(carriers))
+    assert g.stats["hub_first"] == 1
+    finish_exact(cg, g)
+
+
+def test_the_driver_eliminates_the_hub_first_where_it_costs_less():
+    # the hub's carrier edge holds one point per cell, its node's edges three: the hub is cheaper
+    cg = hub_triangle(np.random.default_rng(0))
+    g = build_working_graph(cg)
+    assert elimination_work(g, 0) < elimination_work(g, 1)
+    finish_exact(cg, g)
+    assert g.stats["hub_first"] == 1
+    # a carrier edge of more points per cell than the node's edge to the hub (a running
+    # frontier) keeps the plain order, whatever the estimate says
+    cg = hub_triangle(np.random.default_rng(0), carrier_options=6)
+    g = build_working_graph(cg)
+    finish_exact(cg, g)
+    assert g.stats["hub_first"] == 0
 
 
 @pytest.mark.parametrize("seed", range(6))

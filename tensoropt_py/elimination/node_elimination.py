@@ -22,7 +22,7 @@ import numpy as np
 from .table import digest_arrays
 from .working_graph import WEdge, group_units
 
-__all__ = ["eliminate_node", "fold_leaf", "detach", "elimination_work"]
+__all__ = ["eliminate_node", "eliminate_hub_first", "fold_leaf", "detach", "elimination_work"]
 
 
 def _sums(n, U, rows, cols):
@@ -64,36 +64,57 @@ def detach(g, i):
     return tab
 
 
-def fold_leaf(g, i):
-    """Fold node ``i`` (exactly one neighbour) into that neighbour (exact)."""
+def _reduce_per_class(g, i):
+    """``reduce_k F(o_i, k) x F(e_ij, k, p)`` once per layout class ``p`` of the only
+    neighbour ``j`` of node ``i``: ``(j, table, class of each config of j)``. Releases what
+    only ``i`` needed and removes ``i``."""
     ((j, e),) = g.adj[i].items()
-    ni, nj = g.nodes[i], g.nodes[j]
+    ni = g.nodes[i]
     imap, jmap, si, sj, _ = e.view(i)
     utabs, ucols, rep = group_units(g, ni, imap)
     U = rep.shape[0]
     ecell_i = imap[rep] * si  # (U,)
     _, jrep, jinv = np.unique(jmap, return_index=True, return_inverse=True)
-    D = jrep.shape[0]
-    if D < nj.K:
-        # per destination layout class, then a lazy factor on j
-        def make_outer(lo, hi):
-            return _sums(hi - lo, U, [None] * len(ucols) + [jmap[jrep[lo:hi]] * sj], list(ucols) + [ecell_i])
 
-        H = g.ctx.combine_gen(utabs + [e.table], D, U, make_outer=make_outer)
-        nj.factors.append((H, jinv.astype(np.int64)))
+    def make_outer(lo, hi):
+        return _sums(hi - lo, U, [None] * len(ucols) + [jmap[jrep[lo:hi]] * sj], list(ucols) + [ecell_i])
+
+    H = g.ctx.combine_gen(utabs + [e.table], jrep.shape[0], U, make_outer=make_outer)
+    for t in utabs:
+        t.release()
+    g.release_node(ni)
+    e.table.release()
+    g.remove_node(i)
+    return j, H, jinv.astype(np.int64)
+
+
+def fold_leaf(g, i):
+    """Fold node ``i`` (exactly one neighbour) into that neighbour (exact)."""
+    ((j, e),) = g.adj[i].items()
+    ni, nj = g.nodes[i], g.nodes[j]
+    imap, jmap, si, sj, _ = e.view(i)
+    if np.unique(jmap).shape[0] < nj.K:
+        # per destination layout class, then a lazy factor on j
+        _, H, jinv = _reduce_per_class(g, i)
+        nj.factors.append((H, jinv))
         if len(nj.factors) > 2:
             g.materialize(nj)
-    else:
-        jtabs = nj.tables()
-        jcells = nj.cells(np.arange(nj.K))
+        g.touched.add(j)
+        g.stats["leaf"] += 1
+        return
+    utabs, ucols, rep = group_units(g, ni, imap)
+    U = rep.shape[0]
+    ecell_i = imap[rep] * si  # (U,)
+    jtabs = nj.tables()
+    jcells = nj.cells(np.arange(nj.K))
 
-        def make_outer(lo, hi):
-            rows = [None] * len(ucols) + [jmap[lo:hi] * sj] + [c[lo:hi] for c in jcells]
-            return _sums(hi - lo, U, rows, list(ucols) + [ecell_i] + [None] * len(jcells))
+    def make_outer(lo, hi):
+        rows = [None] * len(ucols) + [jmap[lo:hi] * sj] + [c[lo:hi] for c in jcells]
+        return _sums(hi - lo, U, rows, list(ucols) + [ecell_i] + [None] * len(jcells))
 
-        T = g.ctx.combine_gen(utabs + [e.table] + jtabs, nj.K, U, make_outer=make_outer)
-        g.release_node(nj)
-        nj.factors = [(T, np.arange(nj.K))]
+    T = g.ctx.combine_gen(utabs + [e.table] + jtabs, nj.K, U, make_outer=make_outer)
+    g.release_node(nj)
+    nj.factors = [(T, np.arange(nj.K))]
     for t in utabs:
         t.release()
     g.release_node(ni)
@@ -135,3 +156,34 @@ def eliminate_node(g, i):
     g.remove_node(i)
     g.add_edge(WEdge(h, j, hinv, jinv, T, D))
     g.stats["node"] += 1
+
+
+def eliminate_hub_first(g, i, h):
+    """Eliminate node ``i`` (neighbours ``h`` and ``j``) and its neighbour ``h`` (neighbours
+    ``i``, ``j`` and one-config nodes ``c``), ``h`` first: the result is an edge ``j-c``.
+
+    Eliminating ``i`` first would build the ``K_h x K_j`` edge ``h-j`` and then reduce it
+    over ``h`` with the edges to ``c``; the order here sums the edges to ``c`` (functions of
+    ``h`` alone: ``c`` has one config) into ``h``'s own frontier, eliminates ``h`` (edge
+    ``i-j``) and reduces that over ``i``. Both give ``j-c`` cell ``p`` =
+    ``reduce_{k_h, k_i} F(o_h) x F(e_hc) x F(e_hi) x F(e_hj) x F(o_i) x F(e_ij)``; this one
+    costs less where ``h``'s edges to ``c`` hold fewer points than ``i``'s edges to ``h``
+    and ``j`` (the first layer of a model, whose input node has many configs).
+    """
+    (j,) = (y for y in g.adj[i] if y != h)
+    carriers = [c for c in g.adj[h] if c not in (i, j)]
+    assert carriers and all(g.nodes[c].K == 1 for c in carriers) and j in g.adj[h]
+    nh = g.nodes[h]
+    for c in carriers:
+        e = g.adj[h].pop(c)
+        del g.adj[c][h]
+        g.touched.add(c)
+        hmap, cmap, sh, sc, _ = e.view(h)
+        nh.factors.append((e.table, hmap * sh + cmap[0] * sc))
+    if len(nh.factors) > 2:
+        g.materialize(nh)
+    eliminate_node(g, h)  # the new edge i-j is merged with the old one
+    j, H, jinv = _reduce_per_class(g, i)
+    g.add_edge(WEdge(j, carriers[0], jinv, np.zeros(1, dtype=np.int64), H, 1))
+    g.stats["node"] += 1
+    g.stats["hub_first"] += 1

@@ -31,7 +31,8 @@ class WGraph:
         self.adj: dict[int, dict[int, WEdge]] = {}
         self.detached = []
         self.touched: set[int] = set()
-        self.stats = {"node": 0, "leaf": 0, "edge": 0, "branch": 0, "heuristic": 0, "detach": 0}
+        self.stats = {"node": 0, "leaf": 0, "edge": 0, "branch": 0, "heuristic": 0, "detach": 0,
+                      "hub_first": 0}
         self.rank_cache = {}  # config rankings by the content they depend on (shared by snapshots)
 
     def snapshot(self):
