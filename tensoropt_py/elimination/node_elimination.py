@@ -163,25 +163,25 @@ def eliminate_hub_first(g, i, h):
     ``i``, ``j`` and one-config nodes ``c``), ``h`` first: the result is an edge ``j-c``.
 
     Eliminating ``i`` first would build the ``K_h x K_j`` edge ``h-j`` and then reduce it
-    over ``h`` with the edges to ``c``; the order here sums the edges to ``c`` (functions of
-    ``h`` alone: ``c`` has one config) into ``h``'s own frontier, eliminates ``h`` (edge
+    over ``h`` with the edges to ``c``; the order here merges the edges to ``c`` (functions
+    of ``h`` alone: ``c`` has one config) into the edge ``h-i``, eliminates ``h`` (edge
     ``i-j``) and reduces that over ``i``. Both give ``j-c`` cell ``p`` =
     ``reduce_{k_h, k_i} F(o_h) x F(e_hc) x F(e_hi) x F(e_hj) x F(o_i) x F(e_ij)``; this one
     costs less where ``h``'s edges to ``c`` hold fewer points than ``i``'s edges to ``h``
-    and ``j`` (the first layer of a model, whose input node has many configs).
+    and ``j`` (the first layer of a model, whose input node has many configs). Eliminating
+    ``h`` then sums one table of many points per cell (``h-i``) with single points where
+    ``h-j`` holds one point per cell (a residual connection): the sweep kernel's form.
     """
     (j,) = (y for y in g.adj[i] if y != h)
     carriers = [c for c in g.adj[h] if c not in (i, j)]
     assert carriers and all(g.nodes[c].K == 1 for c in carriers) and j in g.adj[h]
-    nh = g.nodes[h]
     for c in carriers:
+        # a function of h's config alone: an edge h-i with one class on i's side
         e = g.adj[h].pop(c)
         del g.adj[c][h]
         g.touched.add(c)
         hmap, cmap, sh, sc, _ = e.view(h)
-        nh.factors.append((e.table, hmap * sh + cmap[0] * sc))
-    if len(nh.factors) > 2:
-        g.materialize(nh)
+        g.add_edge(WEdge(h, i, hmap * sh + cmap[0] * sc, np.zeros(g.nodes[i].K, dtype=np.int64), e.table, 1))
     eliminate_node(g, h)  # the new edge i-j is merged with the old one
     j, H, jinv = _reduce_per_class(g, i)
     g.add_edge(WEdge(j, carriers[0], jinv, np.zeros(1, dtype=np.int64), H, 1))
