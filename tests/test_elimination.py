@@ -22,7 +22,7 @@ from tensoropt_py.elimination.node_elimination import (
     elimination_work,
     fold_leaf,
 )
-from tensoropt_py.engine import CostGraph, LayoutEdge, brute_force_frontier, evaluate
+from tensoropt_py.engine import CostGraph, LayoutEdge, brute_force_frontier, evaluate, track
 from tensoropt_py.engine.ldp import ldp
 from tensoropt_py.engine.random_graphs import random_chain, random_small_dag
 from tensoropt_py.engine.screen import restrict
@@ -118,6 +118,22 @@ def test_the_driver_eliminates_the_hub_first_where_it_costs_less():
     g = build_working_graph(cg)
     finish_exact(cg, g)
     assert g.stats["hub_first"] == 0
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("carriers, j_to_carrier", [(1, False), (1, True), (2, True)])
+def test_track_with_the_hub_first_is_exact(seed, carriers, j_to_carrier):
+    # the whole tracking (FT-Elimination down to the last nodes, unrolled) over graphs where
+    # the rule applies
+    cg = hub_triangle(np.random.default_rng(seed), carriers=carriers, j_to_carrier=j_to_carrier)
+    fr = track(cg, method="elimination", exact=True, epsilon=0.0)
+    bf = brute_force_frontier(cg)
+    assert fr.stats["hub_first"] == 1
+    np.testing.assert_allclose(fr.memory, bf.memory, rtol=1e-12)
+    np.testing.assert_allclose(fr.time, bf.time, rtol=1e-12)
+    m, t = evaluate(cg, fr.choices, fr.edge_choices)
+    np.testing.assert_allclose(m, fr.memory, rtol=1e-12)
+    np.testing.assert_allclose(t, fr.time, rtol=1e-12)
 
 
 @pytest.mark.parametrize("seed", range(6))
