@@ -75,8 +75,8 @@ def test_node_elimination_is_exact(seed, layout):
 
 def hub_triangle(rng, carriers=1, layout=False, j_to_carrier=False, carrier_options=1):
     """Node 1 between hub 0 and node 2, the hub also joined to node 2 and to one-config
-    carriers 3.. (edges of ``carrier_options`` options), and the carriers to a node 2 + carriers + 1
-    that keeps them from being eliminated first."""
+    carriers 3, 4, ... (edges of ``carrier_options`` options), and the carriers to a last node
+    of two configs, which keeps them from being eliminated first."""
     ks = [4, 3, 4] + [1] * carriers + [2]
     nodes = int_nodes(rng, ks)
     mk = (lambda u, v: int_layout(rng, ks[u], ks[v], 2, 2, R=3)) if layout else (lambda u, v: int_edge(rng, ks[u], ks[v], R=3))

@@ -17,8 +17,8 @@ available and falls back to branch elimination and then heuristic elimination:
    a large node as a second dimension, and deep models slow down up to 40x). When the
    chosen node's neighbour h is left with only the node's other neighbour and one-config
    nodes (the model's input, which carries the frontier so far), h goes first with those
-   edges summed into it, if that is estimated to take fewer pair sums and those edges hold
-   no more points per cell than h's edge to the node
+   edges merged into its edge to the node, if that is estimated to take fewer pair sums and
+   those edges hold no more points per cell than h's edge to the node
    (:func:`~.node_elimination.eliminate_hub_first`): a model's first layer, whose input has
    163 configs where later layers' have 51, then never builds its 163 x 163 table. (A frontier
    so far of many points would be summed into every cell of the node's new edge, where
@@ -202,8 +202,9 @@ def _downhill(g, x, marked):
 def _hub_first(g, x, marked):
     """The neighbour ``h`` of degree-2 node ``x`` to eliminate before ``x``
     (:func:`~.node_elimination.eliminate_hub_first`), or None: ``h`` is unmarked, its other
-    neighbours are ``x``'s other neighbour and one-config nodes, and its elimination with
-    the edges to those summed in is estimated to take fewer pair sums than ``x``'s."""
+    neighbours are ``x``'s other neighbour and one-config nodes, whose edges hold no more
+    points per cell than its edge to ``x``, and its elimination with those edges summed in is
+    estimated to take fewer pair sums than ``x``'s."""
     best, work = None, elimination_work(g, x)
     for h in g.adj[x]:
         if h in marked:
