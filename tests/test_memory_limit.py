@@ -113,6 +113,19 @@ def test_memo_of_combines_gives_way_before_the_limit():
         ctx.node_leaf(3, rng.random((3, 2)))
 
 
+def test_the_memo_counts_an_entry_kept_twice_once():
+    # two slots of one kernel call can key the same cover bitsets: the second replaces the first
+    from tensoropt_py.elimination.table import Context
+
+    ctx = Context()
+    ctx.remember("key", (np.zeros(10), np.zeros(5)))
+    ctx.remember("key", (np.zeros(10), np.zeros(5)))
+    assert len(ctx._memo) == 1 and ctx._memo_bytes == 120
+    assert ctx.recall("key")[0].shape == (10,)
+    ctx._drop_oldest_memo()
+    assert ctx._memo_bytes == 0 and ctx.recall("key") is None
+
+
 def test_a_run_past_its_auto_epsilon_retries_with_ten_times_it(monkeypatch):
     import importlib
 

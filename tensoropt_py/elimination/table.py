@@ -447,6 +447,9 @@ class Context:
         (the oldest entries are dropped to make room; a larger one is not kept)."""
         nbytes = sum(a.nbytes for a in arrays)
         if nbytes <= self._memo_cap:
+            old = self._memo.pop(key, None)  # two slots of one call can key the same bitsets
+            if old is not None:
+                self._memo_bytes -= sum(a.nbytes for a in old)
             self._memo[key] = arrays
             self._memo_bytes += nbytes
             while self._memo_bytes > self._memo_cap:
