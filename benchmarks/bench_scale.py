@@ -39,6 +39,10 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   neighbour where the driver estimates that cheaper (the first encoder and decoder layers'
   input), twice each, alternated: seconds, hubs so eliminated, and how far the frontiers differ
   (the two orders round differently) and whether their strategies are the same;
+* ``transformer16_anchors_beside``: the same with the exact fastest and smallest strategies (the
+  anchors) solved on a thread of their own while the run goes on and solved after it, twice
+  each, alternated: wall and CPU seconds, the anchors' seconds after the run and on their
+  thread, which ends that thread solved, and whether the frontiers are the same;
 * ``transformer16_outside``: whether bounds on the rest of the graph could drop the points of
   that case's tables early (``transformer16_track`` first): 40 sampled cells of each node
   elimination's output of 40,000 points or more, and for each point whether every strategy
@@ -415,6 +419,31 @@ out(case="transformer16_hub_first", threads={threads}, seconds_plain=runs["plain
     max_rel_diff=(float(max(np.abs(b.memory / a.memory - 1).max(), np.abs(b.time / a.time - 1).max()))
                   if same_size else None),
     same_strategies=bool(same_size and np.array_equal(a.choices, b.choices)))
+""",
+    "transformer16_anchors_beside": r"""
+# the default track with the anchors solved beside the run (on a thread of their own, from the
+# exact start given up on) and after it, alternated: wall and CPU seconds, the anchors' seconds
+# after the run and beside it, and whether the frontiers are the same
+import importlib, resource
+track_mod = importlib.import_module("tensoropt_py.engine.track")
+cg = build_cost_graph(zoo.transformer(), to.Cluster.preset("v100-2x8"), 16).cost_graph
+runs, cpu, after, beside, fronts = {{}}, {{}}, {{}}, {{}}, {{}}
+for mode in ("after", "beside", "after", "beside"):
+    track_mod._BACKGROUND_ANCHORS = mode == "beside"
+    r0 = resource.getrusage(resource.RUSAGE_SELF)
+    t0 = time.perf_counter(); fr = track(cg, threads={threads}); runs.setdefault(mode, []).append(time.perf_counter() - t0)
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
+    cpu.setdefault(mode, []).append(r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime)
+    after.setdefault(mode, []).append(fr.stats["anchor_seconds"])
+    beside.setdefault(mode, []).append(fr.stats.get("anchor_background_seconds"))
+    fronts.setdefault(mode, fr)
+track_mod._BACKGROUND_ANCHORS = True
+a, b = fronts["after"], fronts["beside"]
+out(case="transformer16_anchors_beside", threads={threads}, seconds_after=runs["after"], seconds_beside=runs["beside"],
+    cpu_after=cpu["after"], cpu_beside=cpu["beside"], anchor_s_after=after["after"], anchor_s_beside=after["beside"],
+    background_s=beside["beside"], solved_beside=b.stats.get("anchors_beside"), points=[len(a), len(b)],
+    same_frontier=bool(len(a) == len(b) and np.allclose(a.memory, b.memory, rtol=1e-12, atol=0)
+                       and np.allclose(a.time, b.time, rtol=1e-12, atol=0)))
 """,
     "transformer16_outside": r"""
 # bounds on the rest of the graph against the points of the default run's large tables

@@ -104,6 +104,81 @@ def test_default_track_contains_both_ends(seed):
         track(cg, anchors="yes")
 
 
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("epsilon", [0.05, 0.0])
+def test_anchors_solved_beside_the_run_are_the_exact_ends(seed, epsilon, monkeypatch):
+    # with two threads the anchors are solved on a thread of their own while the run goes on
+    # (epsilon > 0: from the start; epsilon 0: from the first heuristic elimination), the
+    # smallest once the first heuristic run has its least memory: the same ends, exact
+    import importlib
+
+    track_mod = importlib.import_module("tensoropt_py.engine.track")
+    cg = random_layered_dag(6, 3, 4, layouts=2, options=2, skip_prob=0.5, seed=seed)
+    fast, small = min_sum(cg, 0.0), min_sum(cg, np.inf)
+    fr = track(cg, max_merged_configs=4, epsilon=epsilon, threads=2)
+    if fr.n_heuristic == 0 and fr.epsilon == 0:
+        assert "anchors_beside" not in fr.stats
+        return
+    assert fr.stats["anchors_beside"] == (("fastest", "smallest") if fr.stats.get("heuristic_runs") == 2 else ("fastest",))
+    assert fr.stats["anchor_background_seconds"] > 0
+    assert fr.time.min() == pytest.approx(fast.time, rel=1e-12)
+    assert fr.memory.min() == pytest.approx(small.memory, rel=1e-12)
+    assert fr.time[np.argmin(fr.memory)] == pytest.approx(small.time, rel=1e-12)
+    m, t = evaluate(cg, fr.choices, fr.edge_choices)
+    np.testing.assert_allclose(m, fr.memory, rtol=1e-12)
+    np.testing.assert_allclose(t, fr.time, rtol=1e-12)
+    monkeypatch.setattr(track_mod, "_BACKGROUND_ANCHORS", False)
+    after = track(cg, max_merged_configs=4, epsilon=epsilon, threads=2)
+    assert "anchors_beside" not in after.stats
+    np.testing.assert_allclose(after.memory, fr.memory, rtol=1e-12)
+    np.testing.assert_allclose(after.time, fr.time, rtol=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_optima_solved_beside_a_run_equal_the_whole_graph_optima(seed):
+    # screened without a frontier (the fastest: by the relaxation's own best strategy; the
+    # smallest: by achievable memories handed over), both must be the whole graph's optima
+    import importlib
+
+    track_mod = importlib.import_module("tensoropt_py.engine.track")
+    cg = random_cyclic_graph(seed=seed, forbidden_prob=0.05) if seed % 2 else random_layered_dag(
+        4, 3, 3, layouts=2, options=2, skip_prob=0.5, seed=seed)
+    scale = [1e6, 1.0] if seed % 4 < 2 else [1.0, 1.0]  # memory in bytes and time in seconds, or alike
+    cg = CostGraph([c * scale for c in cg.node_costs],
+                   [(u, v, LayoutEdge(sm, dm, tab * scale)) for u, v, sm, dm, tab in cg._norm])
+    try:
+        fast, small = min_sum(cg, 0.0), min_sum(cg, np.inf)
+    except InfeasibleError:
+        return
+    rng = np.random.default_rng(seed)
+    ch = np.stack([rng.integers(0, k, size=40) for k in cg.n_configs], axis=1)
+    mem, _ = evaluate(cg, ch, np.zeros((40, cg.n_edges), dtype=np.int64))
+    beside = track_mod._BackgroundOptima(cg, 1 << 30, threads=2)
+    try:
+        beside.smallest_below(np.append(mem[np.isfinite(mem)], small.memory))
+        m, t = evaluate(cg, *beside.optimum(0.0))
+        assert t[0] == pytest.approx(fast.time, rel=1e-12)
+        m, t = evaluate(cg, *beside.optimum(np.inf))
+        assert (m[0], t[0]) == (pytest.approx(small.memory, rel=1e-12), pytest.approx(small.time, rel=1e-12))
+        assert beside.used == ["fastest", "smallest"]
+    finally:
+        beside.close()
+
+
+def test_anchors_beside_the_run_left_to_the_end_where_their_share_is_too_small(monkeypatch):
+    # a share of max_memory too small for the bounds: the thread solves nothing, the ends are
+    # solved after the run, exact all the same
+    import importlib
+
+    track_mod = importlib.import_module("tensoropt_py.engine.track")
+    monkeypatch.setattr(track_mod, "_BACKGROUND_SHARE", 1 << 40)
+    cg = random_layered_dag(6, 3, 4, layouts=2, options=2, skip_prob=0.5, seed=1)
+    fr = track(cg, max_merged_configs=4, epsilon=0.05, threads=2)
+    assert fr.stats["anchors_beside"] == ()
+    assert fr.time.min() == pytest.approx(min_sum(cg, 0.0).time, rel=1e-12)
+    assert fr.memory.min() == pytest.approx(min_sum(cg, np.inf).memory, rel=1e-12)
+
+
 @pytest.mark.parametrize("seed", range(24))
 def test_ends_solved_on_screened_configs_equal_the_whole_graph_optima(seed):
     # the anchors of track are solved on the configs the relaxation bounds leave possible,

@@ -174,18 +174,22 @@ class Context:
         self.tables.append(tab)
         if count:
             self.held_bytes += tab.nbytes()
-        used = self.held_bytes + self._memo_bytes
+        used = self.used_bytes()
         if self.max_bytes is not None and used > self.max_bytes:
             self._reclaim()
-            used = self.held_bytes + self._memo_bytes
+            used = self.used_bytes()
             while used > self.max_bytes and self._memo:
                 self._drop_oldest_memo()
-                used = self.held_bytes + self._memo_bytes
+                used = self.used_bytes()
         if used > self.peak_bytes:
             self.peak_bytes = used
         if self.max_bytes is not None and used > self.max_bytes:
             raise self._limit_error(f"its tables hold {used / 2**20:.1f} MiB", used)
         return tab
+
+    def used_bytes(self):
+        """Bytes the tables and the memo hold now (what ``max_bytes`` limits)."""
+        return self.held_bytes + self._memo_bytes
 
     def _limit_error(self, what, used):
         """The :class:`MemoryLimitError` of a run that ``what`` (needing ``used`` bytes) stopped."""
@@ -381,7 +385,7 @@ class Context:
         # provenance is stored as int32 when every parent is small enough (it usually is)
         prov32 = all(p.n_points <= _I32 for p in parents)
         while True:
-            used = self.held_bytes + self._memo_bytes
+            used = self.used_bytes()
             budget = None if self.max_bytes is None else self.max_bytes - used
             try:
                 return run_kernel(*args, outer=outer, max_bytes=budget, prov32=prov32, cover_memo=self,

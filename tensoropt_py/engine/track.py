@@ -241,7 +241,7 @@ class _Progress:
 
 
 def _run(cg, method, exact, eps, threads, max_merged_configs, heuristic, fork=False, max_bytes=None, progress=None,
-         switch=None, max_step_work=float("inf")):
+         switch=None, max_step_work=float("inf"), on_heuristic=None, on_first=None):
     """One tracking run. With ``fork`` (``heuristic="auto"``), the state just before the
     first heuristic elimination is snapshotted; the snapshot is then resumed with the
     ``"weighted"`` heuristic (the run itself uses ``heuristic``), which gives exactly what
@@ -249,22 +249,31 @@ def _run(cg, method, exact, eps, threads, max_merged_configs, heuristic, fork=Fa
     on mid-run (see :class:`~tensoropt_py.elimination.table.Context`). Returns a list of one
     or two results ``(mem, time, choices, edge_choices, depth, stats)``; ``stats["epsilon"]``
     is the epsilon in force at the end. A :class:`MemoryLimitError` carries that epsilon too
-    (``exc.epsilon``)."""
+    (``exc.epsilon``). ``on_heuristic(ctx)``: called once, before the first heuristic
+    elimination; ``on_first(mem)``: called with the first run's memories when a second run
+    follows."""
     g = None
     try:
         g = build_working_graph(cg, eps, threads, max_bytes, switch)
         return _simplify_and_finish(cg, g, method, exact, max_merged_configs, heuristic, fork, progress,
-                                    max_step_work)
+                                    max_step_work, on_heuristic, on_first)
     except MemoryLimitError as exc:
         exc.epsilon = eps if g is None else g.ctx.epsilon
         raise
 
 
-def _simplify_and_finish(cg, g, method, exact, max_merged_configs, heuristic, fork, progress, max_step_work):
+def _simplify_and_finish(cg, g, method, exact, max_merged_configs, heuristic, fork, progress, max_step_work,
+                         on_heuristic=None, on_first=None):
     from ..elimination.driver import simplify
 
     ctx = g.ctx
     snap = []
+
+    def heuristic_hook(gg, marker):
+        if on_heuristic is not None:
+            on_heuristic(ctx)
+        if fork:
+            fork_hook(gg, marker)
 
     def fork_hook(gg, marker):
         h = gg.snapshot()
@@ -278,12 +287,15 @@ def _simplify_and_finish(cg, g, method, exact, max_merged_configs, heuristic, fo
             progress.report("eliminate", len(gg.nodes), ctx.stats["points"])
 
     chains = simplify(g, method, exact, max_merged_configs, heuristic, cg.topological_order,
-                      on_heuristic=fork_hook if fork else None, on_step=step, max_step_work=max_step_work)
+                      on_heuristic=heuristic_hook if fork or on_heuristic is not None else None, on_step=step,
+                      max_step_work=max_step_work)
     if progress is not None:
         progress.report("finish", len(g.nodes), ctx.stats["points"], force=True)
     cap = np.inf if exact else max_step_work
     results = [_finish_run(cg, g, chains, heuristic, cap)]
     if snap:
+        if on_first is not None:
+            on_first(results[0][0])
         h, marker = snap[0]
         for tab in ctx.tables:
             tab.pinned = False
@@ -334,7 +346,41 @@ _SCREEN_TOL = 1e-9  # relaxation bounds and evaluated costs are summed in differ
 _OPTIMUM_MAX_WORK = 2e9  # terms one exact optimum may sum (min_sum's max_work: a few seconds)
 
 
-def _optima(cg, lams, max_bytes, mem=None, tim=None, threads=1):
+def _entries(max_bytes):
+    """Largest factor (entries) an exact optimum may build within ``max_bytes``: a few
+    factors of that many float64 may be alive at once."""
+    from .scalar import MAX_FACTOR_ENTRIES
+
+    return max(1, min(MAX_FACTOR_ENTRIES, max_bytes // 64))
+
+
+def _screened_optimum(cg, rb, lam, limit, entries):
+    """``(choices, edge_choices)`` of the exact optimum of ``time + lam * memory`` (``lam``
+    inf: least memory, then time), or the message of :func:`min_sum`'s refusal. With bounds
+    ``rb`` and a finite ``limit`` (the weighted cost of an achievable strategy for that lam,
+    memory for inf), it is solved on the configs whose relaxation bound allows a strategy at
+    least that good: a config outside is in no optimal strategy (nor in a tie of one), so the
+    optimum is the whole graph's, found on a far smaller graph."""
+    from .scalar import min_sum
+    from .screen import restrict
+
+    graph, keep = cg, None
+    if rb is not None and np.isfinite(limit):
+        row = -1 if np.isinf(lam) else [float(x) for x in rb.lams].index(float(lam))
+        keep = [np.flatnonzero(b[row] <= limit * (1 + _SCREEN_TOL)) for b in rb.bounds]
+        if min(k.size for k in keep) == 0:  # only if the limit was not achievable: no screening
+            keep = None
+        else:
+            graph = restrict(cg, keep)
+    try:
+        opt = min_sum(graph, lam, max_entries=entries, max_work=_OPTIMUM_MAX_WORK)
+    except InvalidInputError as exc:  # too wide (or too much work) for exact variable elimination
+        return f"lam={lam:g}: {exc}"
+    ch = opt.choices if keep is None else np.array([k[c] for k, c in zip(keep, opt.choices)], dtype=np.int64)
+    return ch, opt.edge_choices
+
+
+def _optima(cg, lams, max_bytes, mem=None, tim=None, threads=1, background=None):
     """The exact optima of ``time + lam * memory`` (:func:`min_sum`) for the ``lam`` of
     ``lams`` whose graph is narrow enough for it (and costs at most ``_OPTIMUM_MAX_WORK``
     terms), as ``(choices, edge_choices, skipped, bounds)``: arrays with one row per such lam
@@ -343,17 +389,19 @@ def _optima(cg, lams, max_bytes, mem=None, tim=None, threads=1):
 
     Given achievable points ``(mem, tim)``, each is solved on the configs whose relaxation
     bound (:func:`~.screen.relaxation_bounds`) allows a strategy at least as good for its lam
-    as the best of those points: a config outside is in no optimal strategy (nor in a tie of
-    one), so the optimum is the whole graph's, found on a far smaller graph. A few factors of
+    as the best of those points (:func:`_screened_optimum`). A few factors of
     ``max_entries`` float64 may be alive at once per solve: up to ``threads`` solves run at
-    once where ``max_bytes`` holds that many (their large NumPy reductions overlap)."""
-    from .scalar import MAX_FACTOR_ENTRIES, min_sum
-    from .screen import relaxation_bounds, restrict
+    once where ``max_bytes`` holds that many (their large NumPy reductions overlap).
+    ``background``: a :class:`_BackgroundOptima` whose bounds and optima are taken where it
+    has them."""
+    from .screen import relaxation_bounds
 
-    entries = max(1, min(MAX_FACTOR_ENTRIES, max_bytes // 64))
+    entries = _entries(max_bytes)
     finite = sorted({0.0, *(float(lam) for lam in lams if np.isfinite(lam))})
-    rb = None
-    if mem is not None and mem.size:
+    rb = None if background is None else background.bounds()
+    if rb is not None and rb.lams.tolist() != finite:
+        rb = None
+    if rb is None and mem is not None and mem.size:
         try:
             rb = relaxation_bounds(cg, finite, max_bytes=max_bytes)
         except MemoryLimitError:  # edges too large for the bounds: solve the whole graph
@@ -361,20 +409,13 @@ def _optima(cg, lams, max_bytes, mem=None, tim=None, threads=1):
 
     def solve(lam):
         """``(choices, edge_choices)`` of the optimum for ``lam``, or the refusal message."""
-        graph, keep = cg, None
-        if rb is not None:
-            row, limit = (-1, mem.min()) if np.isinf(lam) else (finite.index(float(lam)), (tim + lam * mem).min())
-            keep = [np.flatnonzero(b[row] <= limit * (1 + _SCREEN_TOL)) for b in rb.bounds]
-            if min(k.size for k in keep) == 0:  # only if the points were not achievable: no screening
-                keep = None
-            else:
-                graph = restrict(cg, keep)
-        try:
-            opt = min_sum(graph, lam, max_entries=entries, max_work=_OPTIMUM_MAX_WORK)
-        except InvalidInputError as exc:  # too wide (or too much work) for exact variable elimination
-            return f"lam={lam:g}: {exc}"
-        ch = opt.choices if keep is None else np.array([k[c] for k, c in zip(keep, opt.choices)], dtype=np.int64)
-        return ch, opt.edge_choices
+        done = None if background is None else background.optimum(lam)
+        if done is not None:
+            return done
+        limit = np.inf
+        if mem is not None and mem.size:
+            limit = mem.min() if np.isinf(lam) else (tim + lam * mem).min()
+        return _screened_optimum(cg, rb, lam, limit, entries)
 
     workers = min(len(lams), threads, max(1, max_bytes // (64 * entries)))
     if workers > 1:
@@ -390,12 +431,106 @@ def _optima(cg, lams, max_bytes, mem=None, tim=None, threads=1):
     return np.stack(chs), np.stack(echs).reshape(len(chs), cg.n_edges), skipped, rb
 
 
+_BACKGROUND_SHARE = 8
+"""The anchors solved beside a run (:class:`_BackgroundOptima`) hold at most this fraction of
+``max_memory``; the run's tables get the rest."""
+_BACKGROUND_ANCHORS = True  # False: the anchors are always solved after the run (benchmarks compare)
+
+
+class _BackgroundOptima:
+    """The anchors of :func:`track` (the exact fastest and smallest strategies) solved on a
+    thread of their own while the run tracks the frontier, once the run is known to need them.
+
+    The fastest is screened (:func:`_screened_optimum`) by the time of the relaxation's own
+    best strategy (each node at the config of least bound, each edge at its best option), which
+    needs no frontier; the smallest by the least memory of the first heuristic run's frontier,
+    once :meth:`smallest_below` hands it over. Everything here holds at most ``budget`` bytes
+    (bounds and factors; a step that would need more is left to the foreground, which has
+    the whole of ``max_memory`` once the run's tables are gone). Both screenings are exact,
+    so the optima are the ones the foreground would find."""
+
+    def __init__(self, cg, budget, threads):
+        self.cg = cg
+        self.budget = int(budget)
+        self.seconds = 0.0  # summed over the jobs
+        self.used = []  # the ends whose optimum was taken from here ("fastest", "smallest")
+        self._stop = False
+        self._pool = ThreadPoolExecutor(1 if threads < 4 else 2, thread_name_prefix="tensoropt-anchors")
+        self._bounds = self._pool.submit(self._timed, self._relaxation)
+        self._solved = {0.0: self._pool.submit(self._timed, self._fastest)}
+
+    def _timed(self, job, *args):
+        if self._stop:
+            return None
+        t0 = _time.perf_counter()
+        try:
+            return job(*args)
+        finally:
+            self.seconds += _time.perf_counter() - t0
+
+    def _relaxation(self):
+        from .screen import relaxation_bounds
+
+        try:
+            return relaxation_bounds(self.cg, [0.0], max_bytes=self.budget)
+        except MemoryLimitError:
+            return None
+
+    def _fastest(self):
+        from .polish import _best_options
+
+        rb = self._bounds.result()
+        if rb is None:
+            return None
+        choices = np.array([int(np.argmin(b[0])) for b in rb.bounds], dtype=np.int64)
+        edge_choices = np.full(self.cg.n_edges, -1, dtype=np.int64)
+        _best_options(self.cg, choices, edge_choices, 0.0)
+        return self._solve(rb, 0.0, float(evaluate(self.cg, choices, edge_choices)[1][0]))
+
+    def _smallest(self, limit):
+        rb = self._bounds.result()
+        return None if rb is None else self._solve(rb, np.inf, limit)
+
+    def _solve(self, rb, lam, limit):
+        if self._stop or not np.isfinite(limit):
+            return None
+        try:
+            solved = _screened_optimum(self.cg, rb, lam, limit, _entries(self.budget))
+        except InfeasibleError:  # the foreground reports it
+            return None
+        return None if isinstance(solved, str) else solved
+
+    def smallest_below(self, mem):
+        """Start solving the smallest strategy, screened by the least of achievable memories ``mem``."""
+        if np.inf not in self._solved and mem.size:
+            self._solved[np.inf] = self._pool.submit(self._timed, self._smallest, float(mem.min()))
+
+    def bounds(self):
+        """The relaxation bounds (lam 0 and memory), or None where they did not fit."""
+        return self._bounds.result()
+
+    def optimum(self, lam):
+        """``(choices, edge_choices)`` of the optimum for ``lam`` (0 or inf) once solved here,
+        else None."""
+        job = self._solved.get(float(lam))
+        solved = None if job is None else job.result()
+        if solved is not None:
+            self.used.append("smallest" if np.isinf(lam) else "fastest")
+        return solved
+
+    def close(self, wait=False):
+        """Drop what has not started; ``wait``: until the job running has ended (else it ends
+        by itself, the next step it would take skipped)."""
+        self._stop = True
+        self._pool.shutdown(wait=wait, cancel_futures=True)
+
+
 def _end(mem, tim, lam):
     """Index of the frontier point that is best for ``lam``: 0, the fastest; inf, the smallest."""
     return int(np.argmin(mem if np.isinf(lam) else tim))
 
 
-def _add_anchors(cg, mem, tim, ch, ech, stats, strict, max_bytes, threads=1):
+def _add_anchors(cg, mem, tim, ch, ech, stats, strict, max_bytes, threads=1, background=None):
     """Union the fastest and the smallest strategy (exact, :func:`min_sum`) into a frontier.
 
     Where an exact optimum is out of reach, the descents of :func:`_descents` are united in
@@ -407,7 +542,7 @@ def _add_anchors(cg, mem, tim, ch, ech, stats, strict, max_bytes, threads=1):
 
     t0 = _time.perf_counter()
     try:
-        ach, aech, skipped, rb = _optima(cg, (0.0, np.inf), max_bytes, mem, tim, threads)
+        ach, aech, skipped, rb = _optima(cg, (0.0, np.inf), max_bytes, mem, tim, threads, background)
     except _Infeasible:
         stats["anchors"] = "infeasible"
         return mem, tim, ch, ech
@@ -672,7 +807,14 @@ def track(
         ``stats["end_gaps"]`` bounds how far the end may still be from the optimum: its
         relative excess over lower bounds of the relaxation and of windows solved exactly
         (:func:`~.screen.window_bound`) (``"fastest"``: time, ``"smallest"``: memory; 0
-        proves it optimal).
+        proves it optimal). With ``threads`` above 1, once the run is known to need them
+        (epsilon turned on by the exact start given up or asked for, or a first heuristic
+        elimination), they are solved on a thread of their own while the run goes on: the
+        fastest screened by the time of the relaxation's own best strategy, the smallest by
+        the least memory of the first heuristic run. That thread holds at most an eighth of
+        ``max_memory`` (the run the rest; not after a run stopped at ``max_memory``);
+        ``stats["anchors_beside"]`` names the ends it solved, the others are solved after the
+        run as above.
 
     max_memory : int or None
         Bytes the frontier tables may hold (None: 60% of the memory available at the
@@ -777,41 +919,73 @@ def track(
     first = "min_memory" if heuristic in ("auto", "min_memory") else "weighted"
     retries = []
     exact_attempt = None
-    while True:
-        try:
-            runs = _run(cg, method, bool(exact), eps, threads, int(max_merged_configs), first,
-                        fork=heuristic == "auto", max_bytes=int(max_memory),
-                        progress=None if progress is None else _Progress(progress, cg.n_nodes), switch=switch,
-                        max_step_work=max_step_work)
-            break
-        except ExactBudgetSpent as exc:
-            exact_attempt = dict(combines=exc.combines, terms=exc.terms, seconds=_time.perf_counter() - t0)
-            eps = AUTO_EPSILON
-            switch = None
-        except MemoryLimitError as exc:
-            if on_memory_limit == "raise" or exc.epsilon >= _MAX_DEGRADED_EPSILON:
-                raise
-            retries.append((exc.epsilon, exc.used_bytes))
-            eps = min(_MAX_DEGRADED_EPSILON, max(1e-3, exc.epsilon * 10))
-            switch = None
-    mem, tim, ch, ech, depth, stats = runs[0]
-    eps = max(r[5]["epsilon"] for r in runs)
-    n_heur = stats["heuristic"]
-    if len(runs) > 1:
-        mem2, tim2, ch2, ech2, depth2, stats2 = runs[1]
-        n_first = mem.size
-        mem, tim, ch, ech, keep = _union(mem, tim, ch, ech, mem2, tim2, ch2, ech2)
-        depth = max(depth, depth2)
-        stats["heuristic_runs"] = 2
-        stats["points_from_weighted"] = int((keep >= n_first).sum())
-        for key in ("peak_table_bytes", "collected_bytes", "stored_points"):  # both runs share one registry
-            if key in stats2:
-                stats[key] = stats2[key]
-    if anchors is True or (anchors == "auto" and (n_heur > 0 or eps > 0)):
-        mem, tim, ch, ech = _add_anchors(cg, mem, tim, ch, ech, stats, strict=anchors is True, max_bytes=int(max_memory),
-                                         threads=threads)
-    else:
-        stats["anchors"] = "off"
+    background = []  # the _BackgroundOptima, once started
+
+    def solve_anchors_beside(ctx=None):
+        """Start solving the anchors on a thread of their own (the run is known to need them);
+        ``ctx``: the run under way, which then gives up the share they hold where it can. Not
+        once a run has stopped at ``max_memory``: the runs then need all of it."""
+        if background or retries or threads < 2 or anchors is False or not _BACKGROUND_ANCHORS:
+            return
+        budget = int(max_memory) // _BACKGROUND_SHARE
+        if ctx is not None:
+            if ctx.max_bytes - ctx.used_bytes() < budget:
+                return
+            ctx.max_bytes -= budget
+        background.append(_BackgroundOptima(cg, budget, threads))
+
+    def first_run_done(mem):
+        if background:
+            background[0].smallest_below(mem)
+
+    try:
+        while True:
+            if eps > 0 or anchors is True:
+                solve_anchors_beside()
+            try:
+                runs = _run(cg, method, bool(exact), eps, threads, int(max_merged_configs), first,
+                            fork=heuristic == "auto",
+                            max_bytes=int(max_memory) - (background[0].budget if background else 0),
+                            progress=None if progress is None else _Progress(progress, cg.n_nodes), switch=switch,
+                            max_step_work=max_step_work, on_heuristic=solve_anchors_beside, on_first=first_run_done)
+                break
+            except ExactBudgetSpent as exc:
+                exact_attempt = dict(combines=exc.combines, terms=exc.terms, seconds=_time.perf_counter() - t0)
+                eps = AUTO_EPSILON
+                switch = None
+            except MemoryLimitError as exc:
+                if on_memory_limit == "raise" or exc.epsilon >= _MAX_DEGRADED_EPSILON:
+                    raise
+                if background:  # the retries get the whole of max_memory: what it holds is freed first
+                    background.pop().close(wait=True)
+                retries.append((exc.epsilon, exc.used_bytes))
+                eps = min(_MAX_DEGRADED_EPSILON, max(1e-3, exc.epsilon * 10))
+                switch = None
+        mem, tim, ch, ech, depth, stats = runs[0]
+        eps = max(r[5]["epsilon"] for r in runs)
+        n_heur = stats["heuristic"]
+        if len(runs) > 1:
+            mem2, tim2, ch2, ech2, depth2, stats2 = runs[1]
+            n_first = mem.size
+            mem, tim, ch, ech, keep = _union(mem, tim, ch, ech, mem2, tim2, ch2, ech2)
+            depth = max(depth, depth2)
+            stats["heuristic_runs"] = 2
+            stats["points_from_weighted"] = int((keep >= n_first).sum())
+            for key in ("peak_table_bytes", "collected_bytes", "stored_points"):  # both runs share one registry
+                if key in stats2:
+                    stats[key] = stats2[key]
+        if anchors is True or (anchors == "auto" and (n_heur > 0 or eps > 0)):
+            mem, tim, ch, ech = _add_anchors(cg, mem, tim, ch, ech, stats, strict=anchors is True,
+                                             max_bytes=int(max_memory), threads=threads,
+                                             background=background[0] if background else None)
+        else:
+            stats["anchors"] = "off"
+        if background:
+            stats["anchors_beside"] = tuple(sorted(background[0].used))
+            stats["anchor_background_seconds"] = background[0].seconds
+    finally:
+        if background:
+            background[0].close()
     if exact_attempt is not None:
         stats["auto_exact_attempt"] = exact_attempt  # the exact start given up for thinning from the first step
     if retries:
