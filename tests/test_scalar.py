@@ -264,8 +264,19 @@ def test_the_value_less_pass_refuses_exactly_where_the_real_one_would(seed, lam)
             except InvalidInputError as exc:
                 errors.append(str(exc))
         assert errors[0] == errors[1]
-    work = _eliminate(cg, lam, 10**6, numeric=False)  # the terms summed: what max_work limits
+    work, plan = _eliminate(cg, lam, 10**6, numeric=False)  # the terms summed: what max_work limits
     assert isinstance(work, int) and work >= cg.n_nodes  # one term at least per node eliminated
+    assert sorted(x for x, _ in plan) == list(range(cg.n_nodes))  # every node once
+    # replaying the plan with values is the run that chooses its steps again
+    try:
+        chosen = _eliminate(cg, lam, 10**6, numeric=True)
+    except InfeasibleError:
+        with pytest.raises(InfeasibleError):
+            _eliminate(cg, lam, 10**6, numeric=True, plan=plan)
+        return
+    replayed = _eliminate(cg, lam, 10**6, numeric=True, plan=plan)
+    assert np.array_equal(replayed.choices, chosen.choices) and np.array_equal(replayed.edge_choices, chosen.edge_choices)
+    assert replayed.value == chosen.value
 
 
 @pytest.mark.parametrize("seed", range(4))

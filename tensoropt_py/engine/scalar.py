@@ -205,17 +205,20 @@ def min_sum(cg, lam, max_entries=MAX_FACTOR_ENTRIES, max_work=None):
     parse_positive(max_work, "max_work", allowed="a positive number of terms or None", allow_none=True)
     # the elimination order and every factor's shape follow from the layout maps alone:
     # a run without values first refuses a graph that is too wide (or too much work)
-    work = _eliminate(cg, lam, max_entries, numeric=False)
+    work, plan = _eliminate(cg, lam, max_entries, numeric=False)
     if max_work is not None and work > max_work:
         raise InvalidInputError(f"min_sum: the eliminations would sum {work:.3g} terms, more than max_work={max_work:.3g} "
                                 f"allows")
-    return _eliminate(cg, lam, max_entries, numeric=True)
+    return _eliminate(cg, lam, max_entries, numeric=True, plan=plan)
 
 
-def _eliminate(cg, lam, max_entries, numeric):
+def _eliminate(cg, lam, max_entries, numeric, plan=None):
     """Variable elimination of :func:`min_sum`. ``numeric=False``: the same steps on
     value-less factors (zero-stride placeholders of the right shape), which raises exactly
-    where the real run would and returns the number of terms the eliminations sum."""
+    where the real run would and returns the number of terms the eliminations sum and the
+    plan of the steps: per step, the node eliminated and the classes of its factors' nodes,
+    which depend on the layout maps alone. ``plan``: replay those steps with values instead of
+    choosing them again."""
     width = 2 if math.isinf(lam) else 1
 
     def placeholder(shape):
@@ -273,11 +276,15 @@ def _eliminate(cg, lam, max_entries, numeric):
 
     alive = set(range(n))
     # lazily updated priority queue: only the neighbours of an eliminated node change key
-    key = {y: (est_size(y), len(nbrs[y]), y) for y in range(n)}
+    key = {y: (est_size(y), len(nbrs[y]), y) for y in range(n)} if plan is None else {}
     heap = list(key.values())
     heapq.heapify(heap)
+    steps = [] if plan is None else None  # the plan this run makes
+    replay = iter(() if plan is None else plan)
 
     def refresh(ys):
+        if plan is not None:
+            return
         for y in ys:
             if y in alive:
                 key[y] = (est_size(y), len(nbrs[y]), y)
@@ -286,11 +293,15 @@ def _eliminate(cg, lam, max_entries, numeric):
     trace = []  # (x, factors it removed, representative configs of x) in elimination order
     next_id = n + cg.n_edges
     while alive:
-        while True:
-            item = heapq.heappop(heap)
-            x = item[2]
-            if x in alive and key[x] == item:
-                break
+        if plan is None:
+            while True:
+                item = heapq.heappop(heap)
+                x = item[2]
+                if x in alive and key[x] == item:
+                    break
+            classes = None
+        else:
+            x, classes = next(replay)
         fids = sorted(of_var[x])
         if K[x] == 1:
             # a constant: restrict every factor to its only config, coupling nothing
@@ -309,6 +320,8 @@ def _eliminate(cg, lam, max_entries, numeric):
                 else:
                     total = total + sub
             trace.append((x, popped, np.zeros(1, dtype=np.int64)))
+            if steps is not None:
+                steps.append((x, None))
             touched = set(nbrs[x])
             for z in nbrs[x]:
                 nbrs[z].discard(x)
@@ -317,16 +330,21 @@ def _eliminate(cg, lam, max_entries, numeric):
             nbrs[x] = set()
             of_var[x] = set()
             continue
-        scope = [x] + sorted({z for f in fids for z in factors[f][0]} - {x})
-        inv, rep = {}, {}
-        for z in scope:
-            cols = np.stack([factors[f][1][factors[f][0].index(z)] for f in fids if z in factors[f][0]], axis=1)
-            rep[z], inv[z] = unique_rows(cols)
-        # a node of one class in these factors (all its configs alike to them) does not shape
-        # the new factor and is left out of it: NumPy broadcasts at most 32 dimensions, and a
-        # wide fan-out screened down to a few configs can couple more nodes than that
-        apart = [z for z in scope[1:] if rep[z].shape[0] == 1]
-        scope = [z for z in scope if z == x or rep[z].shape[0] > 1]
+        if classes is None:
+            scope = [x] + sorted({z for f in fids for z in factors[f][0]} - {x})
+            inv, rep = {}, {}
+            for z in scope:
+                cols = np.stack([factors[f][1][factors[f][0].index(z)] for f in fids if z in factors[f][0]], axis=1)
+                rep[z], inv[z] = unique_rows(cols)
+            # a node of one class in these factors (all its configs alike to them) does not shape
+            # the new factor and is left out of it: NumPy broadcasts at most 32 dimensions, and a
+            # wide fan-out screened down to a few configs can couple more nodes than that
+            apart = [z for z in scope[1:] if rep[z].shape[0] == 1]
+            scope = [z for z in scope if z == x or rep[z].shape[0] > 1]
+            if steps is not None:
+                steps.append((x, (scope, apart, rep, inv)))
+        else:
+            scope, apart, rep, inv = classes
         shape = [rep[z].shape[0] for z in scope]
         out_size = math.prod(shape[1:])
         work += out_size * shape[0]
@@ -373,7 +391,7 @@ def _eliminate(cg, lam, max_entries, numeric):
         nbrs[x] = set()
         of_var[x] = set()
     if not numeric:
-        return work
+        return work, steps
     if not np.isfinite(total).all():
         raise InfeasibleError("every strategy of this cost graph uses a forbidden cost (>= FORBIDDEN_COST or +inf)")
     choices = np.zeros(n, dtype=np.int64)
