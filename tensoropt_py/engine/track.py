@@ -813,8 +813,8 @@ def track(
         fastest screened by the time of the relaxation's own best strategy, the smallest by
         the least memory of the first heuristic run. That thread holds at most an eighth of
         ``max_memory`` (the run the rest; not after a run stopped at ``max_memory``);
-        ``stats["anchors_beside"]`` names the ends it solved, the others are solved after the
-        run as above.
+        ``stats["anchors_beside"]`` names the ends it solved (``stats["anchor_background_seconds"]``:
+        its seconds), the others are solved after the run as above.
 
     max_memory : int or None
         Bytes the frontier tables may hold (None: 60% of the memory available at the
