@@ -43,6 +43,11 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   anchors) solved on a thread of their own while the run goes on and solved after it, twice
   each, alternated: wall and CPU seconds, the anchors' seconds after the run and on their
   thread, which ends that thread solved, and whether the frontiers are the same;
+* ``transformer16_min_sum``: the anchors' two exact solves (:func:`~tensoropt_py.engine.min_sum` on
+  the configs the relaxation bounds leave possible given that case's frontier; run
+  ``transformer16_track`` first) with the numeric pass replaying the plan of the value-less pass
+  and choosing its steps again, twice each, alternated: seconds, configs kept, and whether the
+  optima are the same;
 * ``transformer16_outside``: whether bounds on the rest of the graph could drop the points of
   that case's tables early (``transformer16_track`` first): 40 sampled cells of each node
   elimination's output of 40,000 points or more, and for each point whether every strategy
@@ -444,6 +449,29 @@ out(case="transformer16_anchors_beside", threads={threads}, seconds_after=runs["
     background_s=beside["beside"], solved_beside=b.stats.get("anchors_beside"), points=[len(a), len(b)],
     same_frontier=bool(len(a) == len(b) and np.allclose(a.memory, b.memory, rtol=1e-12, atol=0)
                        and np.allclose(a.time, b.time, rtol=1e-12, atol=0)))
+""",
+    "transformer16_min_sum": r"""
+# the anchors' exact solves (min_sum on the configs the relaxation bounds leave possible given the
+# default frontier's ends) with the numeric pass replaying the plan of the value-less pass, and
+# choosing its steps again, alternated
+from tensoropt_py.engine.scalar import _eliminate, MAX_FACTOR_ENTRIES
+from tensoropt_py.engine.screen import relaxation_bounds, restrict
+cg = build_cost_graph(zoo.transformer(), to.Cluster.preset("v100-2x8"), 16).cost_graph
+d = t16_frontier()
+rb = relaxation_bounds(cg, [0.0])
+for lam, row, limit in ((0.0, 0, float(d["time"].min())), (float("inf"), -1, float(d["memory"].min()))):
+    keep = [np.flatnonzero(b[row] <= limit * (1 + 1e-9)) for b in rb.bounds]
+    g = restrict(cg, keep)
+    runs, found = {{}}, {{}}
+    for mode in ("choose", "replay", "choose", "replay"):
+        t0 = time.perf_counter()
+        work, plan = _eliminate(g, lam, MAX_FACTOR_ENTRIES, numeric=False)
+        opt = _eliminate(g, lam, MAX_FACTOR_ENTRIES, numeric=True, plan=plan if mode == "replay" else None)
+        runs.setdefault(mode, []).append(time.perf_counter() - t0)
+        found.setdefault(mode, (opt.memory, opt.time))
+    out(case="transformer16_min_sum", lam=lam, configs_kept=int(sum(k.size for k in keep)), configs=int(sum(cg.n_configs)),
+        seconds_choose=runs["choose"], seconds_replay=runs["replay"], same=found["choose"] == found["replay"],
+        memory=found["replay"][0], time=found["replay"][1])
 """,
     "transformer16_outside": r"""
 # bounds on the rest of the graph against the points of the default run's large tables
