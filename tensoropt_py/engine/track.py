@@ -446,18 +446,24 @@ class _BackgroundOptima:
     needs no frontier; the smallest by the least memory of the first heuristic run's frontier,
     once :meth:`smallest_below` hands it over. Everything here holds at most ``budget`` bytes
     (bounds and factors; a step that would need more is left to the foreground, which has
-    the whole of ``max_memory`` once the run's tables are gone). Both screenings are exact,
-    so the optima are the ones the foreground would find."""
+    the whole of ``max_memory`` once the run's tables are gone). Both screenings keep every
+    optimal strategy, so these are the whole graph's optima (the foreground's may be other
+    strategies of the same costs)."""
 
     def __init__(self, cg, budget, threads):
         self.cg = cg
         self.budget = int(budget)
-        self.seconds = 0.0  # summed over the jobs
+        self._durations = []  # of the jobs that ran (appended from the pool's threads)
         self.used = []  # the ends whose optimum was taken from here ("fastest", "smallest")
         self._stop = False
         self._pool = ThreadPoolExecutor(1 if threads < 4 else 2, thread_name_prefix="tensoropt-anchors")
         self._bounds = self._pool.submit(self._timed, self._relaxation)
         self._solved = {0.0: self._pool.submit(self._timed, self._fastest)}
+
+    @property
+    def seconds(self):
+        """Seconds its jobs took, summed."""
+        return float(sum(self._durations))
 
     def _timed(self, job, *args):
         if self._stop:
@@ -466,7 +472,7 @@ class _BackgroundOptima:
         try:
             return job(*args)
         finally:
-            self.seconds += _time.perf_counter() - t0
+            self._durations.append(_time.perf_counter() - t0)
 
     def _relaxation(self):
         from .screen import relaxation_bounds
