@@ -134,6 +134,44 @@ def test_anchors_solved_beside_the_run_are_the_exact_ends(seed, epsilon, monkeyp
     np.testing.assert_allclose(after.time, fr.time, rtol=1e-12)
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_the_relaxations_own_strategies_join_where_the_optima_are_out_of_reach(seed, monkeypatch):
+    # every exact optimum refused and the descents switched off: the ends must still be at
+    # least as good as the relaxation's own best strategies (each node at its config of least
+    # bound), which join the frontier
+    import importlib
+
+    from tensoropt_py.engine.screen import relaxation_bounds
+
+    track_mod = importlib.import_module("tensoropt_py.engine.track")
+    monkeypatch.setattr(track_mod, "_OPTIMUM_MAX_WORK", 1)
+
+    def no_descent(cg, mem, tim, ch, ech, ends, bound):
+        at = [track_mod._end(mem, tim, lam) for lam in ends]
+        return ch[at], ech[at], []
+
+    monkeypatch.setattr(track_mod, "_descents", no_descent)
+    cg = random_layered_dag(6, 3, 4, layouts=2, options=2, skip_prob=0.5, seed=seed)
+    fr = track(cg, max_merged_configs=2, epsilon=0.05, threads=1)
+    assert "relaxation_points" in fr.stats and fr.stats["anchors"].startswith("skipped")
+    rb = relaxation_bounds(cg, [0.0])
+    for row, lam in ((0, 0.0), (-1, np.inf)):
+        choices = np.array([int(np.argmin(b[row])) for b in rb.bounds])
+        # each edge at its best option for lam given its ends' configs
+        edge_choices = np.zeros(cg.n_edges, dtype=np.int64)
+        for e, (u, v, smap, dmap, tab) in enumerate(cg._norm):
+            options = tab[smap[choices[u]], dmap[choices[v]]]
+            edge_choices[e] = np.lexsort((options[:, 0], options[:, 1]) if lam == 0 else (options[:, 1], options[:, 0]))[0]
+        m, t = evaluate(cg, choices, edge_choices)
+        if lam == 0:
+            assert fr.time.min() <= t[0] * (1 + 1e-12)
+        else:
+            assert fr.memory.min() <= m[0] * (1 + 1e-12)
+    m, t = evaluate(cg, fr.choices, fr.edge_choices)
+    np.testing.assert_allclose(m, fr.memory, rtol=1e-12)
+    np.testing.assert_allclose(t, fr.time, rtol=1e-12)
+
+
 @pytest.mark.parametrize("seed", range(16))
 def test_optima_solved_beside_a_run_equal_the_whole_graph_optima(seed):
     # screened without a frontier (the fastest: by the relaxation's own best strategy; the

@@ -483,14 +483,10 @@ class _BackgroundOptima:
             return None
 
     def _fastest(self):
-        from .polish import _best_options
-
         rb = self._bounds.result()
         if rb is None:
             return None
-        choices = np.array([int(np.argmin(b[0])) for b in rb.bounds], dtype=np.int64)
-        edge_choices = np.full(self.cg.n_edges, -1, dtype=np.int64)
-        _best_options(self.cg, choices, edge_choices, 0.0)
+        choices, edge_choices = _relaxation_strategies(self.cg, rb, [0.0])
         return self._solve(rb, 0.0, float(evaluate(self.cg, choices, edge_choices)[1][0]))
 
     def _smallest(self, limit):
@@ -531,6 +527,25 @@ class _BackgroundOptima:
         self._pool.shutdown(wait=wait, cancel_futures=True)
 
 
+def _relaxation_strategies(cg, rb, lams):
+    """The relaxation's own best strategy for each lam of ``lams`` (0: time, inf: memory;
+    rows of ``rb``): every node at its config of least bound, every edge at its best option
+    for lam. ``(choices, edge_choices)``, one row per lam. Where the exact optimum is out of
+    reach it can beat the tracked end and the descents from it (it does on the Llama-8B-shaped
+    model's fastest end, ``benchmarks/bench_scale.py --cases llama``)."""
+    from .polish import _best_options
+
+    chs, echs = [], []
+    for lam in lams:
+        row = -1 if np.isinf(lam) else [float(x) for x in rb.lams].index(float(lam))
+        choices = np.array([int(np.argmin(b[row])) for b in rb.bounds], dtype=np.int64)
+        edge_choices = np.full(cg.n_edges, -1, dtype=np.int64)
+        _best_options(cg, choices, edge_choices, lam)
+        chs.append(choices)
+        echs.append(edge_choices)
+    return np.stack(chs), np.stack(echs).reshape(len(chs), cg.n_edges)
+
+
 def _end(mem, tim, lam):
     """Index of the frontier point that is best for ``lam``: 0, the fastest; inf, the smallest."""
     return int(np.argmin(mem if np.isinf(lam) else tim))
@@ -561,6 +576,12 @@ def _add_anchors(cg, mem, tim, ch, ech, stats, strict, max_bytes, threads=1, bac
         stats["anchors_skipped"] = "; ".join(why for _, why in skipped)
         if mem.size:
             bound = np.zeros(2) if rb is None else lower_bounds(rb)[[0, -1]]
+            if rb is not None:  # the relaxation's own best strategies join first: descents may start there
+                rch, rech = _relaxation_strategies(cg, rb, [lam for lam, _ in skipped])
+                rm, rt = evaluate(cg, rch, rech)
+                n_before = mem.size
+                mem, tim, ch, ech, keep = _union(mem, tim, ch, ech, rm, rt, rch, rech)
+                stats["relaxation_points"] = int((keep >= n_before).sum())
             dch, dech, weights = _descents(cg, mem, tim, ch, ech, [lam for lam, _ in skipped], bound)
             ach = dch if ach is None else np.concatenate([ach, dch])
             aech = dech if aech is None else np.concatenate([aech, dech])
@@ -806,7 +827,9 @@ def track(
         often narrow enough for :func:`min_sum` where the whole one is not; one that is still
         too wide, or would sum more than 2e9 terms (a few seconds), is skipped (``True``:
         raises). ``stats["anchors"]`` says what happened
-        (``stats["anchors_skipped"]``: why an optimum is missing). An end so skipped is
+        (``stats["anchors_skipped"]``: why an optimum is missing). For an end so skipped the
+        relaxation's own best strategy (every node at its config of least bound) joins the
+        frontier first (``stats["relaxation_points"]``: how many stay on it), then the end is
         improved by local search from the frontier's end (:mod:`.polish`: descent, and windows
         of 40 operators re-solved exactly unless a bound proves the end), as are the points
         best for 8 weights across the frontier's slopes (by descent), and
