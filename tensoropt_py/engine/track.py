@@ -354,6 +354,11 @@ def _entries(max_bytes):
     return max(1, min(MAX_FACTOR_ENTRIES, max_bytes // 64))
 
 
+def _bounds_row(rb, lam):
+    """The row of relaxation bounds ``rb`` for ``lam`` (one of ``rb.lams``; inf: memory, the last)."""
+    return -1 if np.isinf(lam) else [float(x) for x in rb.lams].index(float(lam))
+
+
 def _screened_optimum(cg, rb, lam, limit, entries):
     """``(choices, edge_choices)`` of the exact optimum of ``time + lam * memory`` (``lam``
     inf: least memory, then time), or the message of :func:`min_sum`'s refusal. With bounds
@@ -366,7 +371,7 @@ def _screened_optimum(cg, rb, lam, limit, entries):
 
     graph, keep = cg, None
     if rb is not None and np.isfinite(limit):
-        row = -1 if np.isinf(lam) else [float(x) for x in rb.lams].index(float(lam))
+        row = _bounds_row(rb, lam)
         keep = [np.flatnonzero(b[row] <= limit * (1 + _SCREEN_TOL)) for b in rb.bounds]
         if min(k.size for k in keep) == 0:  # only if the limit was not achievable: no screening
             keep = None
@@ -537,7 +542,7 @@ def _relaxation_strategies(cg, rb, lams):
 
     chs, echs = [], []
     for lam in lams:
-        row = -1 if np.isinf(lam) else [float(x) for x in rb.lams].index(float(lam))
+        row = _bounds_row(rb, lam)
         choices = np.array([int(np.argmin(b[row])) for b in rb.bounds], dtype=np.int64)
         edge_choices = np.full(cg.n_edges, -1, dtype=np.int64)
         _best_options(cg, choices, edge_choices, lam)
@@ -829,7 +834,7 @@ def track(
         raises). ``stats["anchors"]`` says what happened
         (``stats["anchors_skipped"]``: why an optimum is missing). For an end so skipped the
         relaxation's own best strategy (every node at its config of least bound) joins the
-        frontier first (``stats["relaxation_points"]``: how many stay on it), then the end is
+        frontier first (``stats["relaxation_points"]``: how many it kept then), then the end is
         improved by local search from the frontier's end (:mod:`.polish`: descent, and windows
         of 40 operators re-solved exactly unless a bound proves the end), as are the points
         best for 8 weights across the frontier's slopes (by descent), and
