@@ -146,7 +146,7 @@ def test_the_relaxations_own_strategies_join_where_the_optima_are_out_of_reach(s
     track_mod = importlib.import_module("tensoropt_py.engine.track")
     monkeypatch.setattr(track_mod, "_OPTIMUM_MAX_WORK", 1)
 
-    def no_descent(cg, mem, tim, ch, ech, ends, bound):
+    def no_descent(cg, mem, tim, ch, ech, ends, bound, background=None):
         at = [track_mod._end(mem, tim, lam) for lam in ends]
         return ch[at], ech[at], []
 
@@ -191,7 +191,7 @@ def test_optima_solved_beside_a_run_equal_the_whole_graph_optima(seed):
     rng = np.random.default_rng(seed)
     ch = np.stack([rng.integers(0, k, size=40) for k in cg.n_configs], axis=1)
     mem, _ = evaluate(cg, ch, np.zeros((40, cg.n_edges), dtype=np.int64))
-    beside = track_mod._BackgroundOptima(cg, 1 << 30, threads=2)
+    beside = track_mod._BackgroundOptima(cg, 1 << 30, threads=2, entries_after=track_mod._entries(1 << 30))
     try:
         beside.smallest_below(np.append(mem[np.isfinite(mem)], small.memory))
         m, t = evaluate(cg, *beside.optimum(0.0))
@@ -215,6 +215,102 @@ def test_anchors_beside_the_run_left_to_the_end_where_their_share_is_too_small(m
     assert fr.stats["anchors_beside"] == ()
     assert fr.time.min() == pytest.approx(min_sum(cg, 0.0).time, rel=1e-12)
     assert fr.memory.min() == pytest.approx(min_sum(cg, np.inf).memory, rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_refusal_names_the_least_max_entries_that_lets_min_sum_through(seed):
+    # steps chosen as if max_entries were plan_entries: the refusal's entries must be exactly
+    # the least max_entries with which min_sum solves the graph (the same optimum)
+    from tensoropt_py.engine.scalar import _min_sum_within, _TooWide
+
+    cg = random_cyclic_graph(seed=seed) if seed % 2 else random_layered_dag(4, 3, 4, layouts=3, options=2, seed=seed)
+    for lam in (0.0, 0.5, np.inf):
+        try:
+            whole = min_sum(cg, lam)
+        except InfeasibleError:
+            return
+        with pytest.raises(_TooWide) as refused:
+            _min_sum_within(cg, lam, 1, 10**9, None)
+        need = refused.value.entries
+        assert 1 < need < 10**9
+        assert min_sum(cg, lam, max_entries=need).value == whole.value
+        with pytest.raises(InvalidInputError):
+            min_sum(cg, lam, max_entries=need - 1)
+        with pytest.raises(_TooWide) as refused:  # more work than allowed: no max_entries helps
+            _min_sum_within(cg, lam, 10**9, 10**9, 1)
+        assert refused.value.entries == np.inf
+
+
+class _Refused:
+    """A stand-in for the thread of the anchors: the ends refused there, with these refusals."""
+
+    def __init__(self, rb, refusals):
+        self.rb = rb
+        self.refusals = refusals
+
+    def bounds(self):
+        return self.rb
+
+    def optimum(self, lam):
+        return None
+
+    def refusal(self, lam):
+        return self.refusals.get(lam)
+
+
+def test_an_end_refused_beside_the_run_is_tried_again_only_where_it_could_pass(monkeypatch):
+    # refused on a graph within the one after the run: not tried again where the refused step
+    # needs more entries than the whole max_memory gives, else solved on that smaller graph
+    import importlib
+
+    from tensoropt_py.engine.screen import relaxation_bounds
+
+    track_mod = importlib.import_module("tensoropt_py.engine.track")
+    cg = random_layered_dag(5, 3, 4, layouts=2, options=2, skip_prob=0.5, seed=3)
+    rb = relaxation_bounds(cg, [0.0])
+    fast = min_sum(cg, 0.0)
+    entries = track_mod._entries(1 << 30)
+    tried = []
+    solve = track_mod._screened_optimum
+
+    def screened(cg_, rb_, lam, limit, entries_, plan_entries=None):
+        tried.append((lam, limit))
+        return solve(cg_, rb_, lam, limit, entries_, plan_entries)
+
+    monkeypatch.setattr(track_mod, "_screened_optimum", screened)
+    mem, tim = np.array([fast.memory * 2]), np.array([fast.time * 2])  # an achievable point, far from the optimum
+    too_wide = track_mod._Refusal("lam=0: too wide", entries + 1, fast.time * 1.5)
+    ch, _, skipped, _ = track_mod._optima(cg, (0.0,), 1 << 30, mem, tim, background=_Refused(rb, {0.0: too_wide}))
+    assert ch is None and skipped == [(0.0, "lam=0: too wide")] and tried == []
+    # the refusal's graph was screened by a weaker limit than the run's: tried again, on the run's
+    weaker = track_mod._Refusal("lam=0: too wide", entries + 1, fast.time * 3)
+    ch, ech, skipped, _ = track_mod._optima(cg, (0.0,), 1 << 30, mem, tim, background=_Refused(rb, {0.0: weaker}))
+    assert tried == [(0.0, fast.time * 2)] and not skipped
+    tried.clear()
+    room = track_mod._Refusal("lam=0: too wide for the thread", entries, fast.time * 1.5)
+    ch, ech, skipped, _ = track_mod._optima(cg, (0.0,), 1 << 30, mem, tim, background=_Refused(rb, {0.0: room}))
+    assert tried == [(0.0, fast.time * 1.5)] and not skipped
+    assert evaluate(cg, ch, ech)[1][0] == pytest.approx(fast.time, rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_ends_refused_beside_the_run_leave_the_frontier_as_after_it(seed, monkeypatch):
+    # every exact optimum refused (too much work): the ends refused on the thread are not tried
+    # again, and the windows' bound computed there next; the frontier and the gaps of its ends
+    # must be those of the run whose anchors all come after it
+    import importlib
+
+    track_mod = importlib.import_module("tensoropt_py.engine.track")
+    monkeypatch.setattr(track_mod, "_OPTIMUM_MAX_WORK", 1)
+    cg = random_layered_dag(6, 3, 4, layouts=2, options=2, skip_prob=0.5, seed=seed)
+    fr = track(cg, max_merged_configs=2, epsilon=0.05, threads=2)
+    assert fr.stats["anchors"].startswith("skipped") and "fastest" not in fr.stats["anchors_beside"]
+    assert "fastest_bound" in fr.stats["anchors_beside"]  # the cheap bound proves none of these ends
+    monkeypatch.setattr(track_mod, "_BACKGROUND_ANCHORS", False)
+    after = track(cg, max_merged_configs=2, epsilon=0.05, threads=2)
+    np.testing.assert_array_equal(after.memory, fr.memory)
+    np.testing.assert_array_equal(after.time, fr.time)
+    assert after.stats["end_gaps"] == fr.stats["end_gaps"]
 
 
 @pytest.mark.parametrize("seed", range(24))

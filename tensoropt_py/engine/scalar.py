@@ -36,6 +36,16 @@ _SLAB_ENTRIES = 1 << 22
 _MEMO_BYTES = 1 << 28  # reduced factors kept for repeated eliminations (identical layers)
 
 
+class _TooWide(InvalidInputError):
+    """:func:`min_sum`'s refusal of a graph too wide (or too much work) for its limits.
+    ``entries``: the least ``max_entries`` that would let the refused step pass (the elimination
+    order does not depend on it), inf where ``max_work`` refused the whole."""
+
+    def __init__(self, message, entries):
+        super().__init__(message)
+        self.entries = entries
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class ScalarOptimum:
     """The optimum of ``time + lam * memory`` and a strategy reaching it.
@@ -203,13 +213,35 @@ def min_sum(cg, lam, max_entries=MAX_FACTOR_ENTRIES, max_work=None):
     if not lam >= 0:
         raise InvalidInputError(f"lam must be a float >= 0 or inf, got {lam!r}")
     parse_positive(max_work, "max_work", allowed="a positive number of terms or None", allow_none=True)
+    return _min_sum_within(cg, lam, max_entries, max_entries, max_work)
+
+
+def _min_sum_within(cg, lam, max_entries, plan_entries, max_work):
+    """:func:`min_sum` on checked input, its steps chosen as if ``max_entries`` were
+    ``plan_entries`` (>= it): a refusal (:class:`_TooWide`) then tells whether that many
+    entries would let it through, before any numeric work."""
     # the elimination order and every factor's shape follow from the layout maps alone:
     # a run without values first refuses a graph that is too wide (or too much work)
-    work, plan = _eliminate(cg, lam, max_entries, numeric=False)
+    work, plan = _eliminate(cg, lam, plan_entries, numeric=False)
     if max_work is not None and work > max_work:
-        raise InvalidInputError(f"min_sum: the eliminations would sum {work:.3g} terms, more than max_work={max_work:.3g} "
-                                f"allows")
+        raise _TooWide(f"min_sum: the eliminations would sum {work:.3g} terms, more than max_work={max_work:.3g} "
+                       f"allows", math.inf)
+    need = _needed_entries(plan)
+    if need > max_entries:
+        raise _TooWide(f"min_sum: its largest elimination needs max_entries={need}, more than {max_entries}", need)
     return _eliminate(cg, lam, max_entries, numeric=True, plan=plan)
+
+
+def _needed_entries(plan):
+    """The least ``max_entries`` with which every step of a plan of :func:`_eliminate` passes."""
+    need = 0
+    for _, classes in plan:
+        if classes is not None:
+            scope, _, rep, _ = classes
+            shape = [rep[z].shape[0] for z in scope]
+            out_size = math.prod(shape[1:])
+            need = max(need, out_size, -(-out_size * shape[0] // _WORK_PER_ENTRY))
+    return need
 
 
 def _eliminate(cg, lam, max_entries, numeric, plan=None):
@@ -349,10 +381,11 @@ def _eliminate(cg, lam, max_entries, numeric, plan=None):
         out_size = math.prod(shape[1:])
         work += out_size * shape[0]
         if out_size > max_entries or out_size * shape[0] > _WORK_PER_ENTRY * max_entries:
-            raise InvalidInputError(
+            raise _TooWide(
                 f"min_sum: eliminating node {x} needs a factor over nodes {tuple(scope)} (classes "
                 f"{tuple(shape)}) with {out_size * shape[0]} entries, more than max_entries={max_entries} allows "
-                f"(the graph is too wide for exact elimination)"
+                f"(the graph is too wide for exact elimination)",
+                max(out_size, -(-out_size * shape[0] // _WORK_PER_ENTRY)),  # as _needed_entries counts
             )
         subs = []
         popped = [factors[f] for f in fids]

@@ -49,7 +49,8 @@ Guarantees
 from __future__ import annotations
 
 import time as _time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import CancelledError, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -359,14 +360,29 @@ def _bounds_row(rb, lam):
     return -1 if np.isinf(lam) else [float(x) for x in rb.lams].index(float(lam))
 
 
-def _screened_optimum(cg, rb, lam, limit, entries):
+@dataclass(frozen=True, slots=True)
+class _Refusal:
+    """Why an exact optimum was not solved: :func:`min_sum`'s message, the least ``max_entries``
+    that would have let its refused step pass (inf: refused for its work, whatever the entries),
+    and the screening limit of the graph it refused (inf: the whole graph)."""
+
+    message: str
+    entries: float
+    limit: float
+
+    def __str__(self):
+        return self.message
+
+
+def _screened_optimum(cg, rb, lam, limit, entries, plan_entries=None):
     """``(choices, edge_choices)`` of the exact optimum of ``time + lam * memory`` (``lam``
-    inf: least memory, then time), or the message of :func:`min_sum`'s refusal. With bounds
+    inf: least memory, then time), or :func:`min_sum`'s refusal (a :class:`_Refusal`). With bounds
     ``rb`` and a finite ``limit`` (the weighted cost of an achievable strategy for that lam,
     memory for inf), it is solved on the configs whose relaxation bound allows a strategy at
     least that good: a config outside is in no optimal strategy (nor in a tie of one), so the
-    optimum is the whole graph's, found on a far smaller graph."""
-    from .scalar import min_sum
+    optimum is the whole graph's, found on a far smaller graph. ``plan_entries`` (>= ``entries``,
+    None: ``entries``): the refusal says whether that many entries would let it through."""
+    from .scalar import _min_sum_within, _TooWide
     from .screen import restrict
 
     graph, keep = cg, None
@@ -378,9 +394,9 @@ def _screened_optimum(cg, rb, lam, limit, entries):
         else:
             graph = restrict(cg, keep)
     try:
-        opt = min_sum(graph, lam, max_entries=entries, max_work=_OPTIMUM_MAX_WORK)
-    except InvalidInputError as exc:  # too wide (or too much work) for exact variable elimination
-        return f"lam={lam:g}: {exc}"
+        opt = _min_sum_within(graph, lam, entries, entries if plan_entries is None else plan_entries, _OPTIMUM_MAX_WORK)
+    except _TooWide as exc:  # too wide (or too much work) for exact variable elimination
+        return _Refusal(f"lam={lam:g}: {exc}", exc.entries, limit if keep is not None else np.inf)
     ch = opt.choices if keep is None else np.array([k[c] for k, c in zip(keep, opt.choices)], dtype=np.int64)
     return ch, opt.edge_choices
 
@@ -413,13 +429,20 @@ def _optima(cg, lams, max_bytes, mem=None, tim=None, threads=1, background=None)
             rb = None
 
     def solve(lam):
-        """``(choices, edge_choices)`` of the optimum for ``lam``, or the refusal message."""
+        """``(choices, edge_choices)`` of the optimum for ``lam``, or the refusal."""
         done = None if background is None else background.optimum(lam)
         if done is not None:
             return done
         limit = np.inf
         if mem is not None and mem.size:
             limit = mem.min() if np.isinf(lam) else (tim + lam * mem).min()
+        refused = None if background is None or rb is not background.bounds() else background.refusal(lam)
+        if refused is not None and refused.limit <= limit:
+            # its graph, screened by the same bounds, holds every optimal strategy and is within
+            # this one: solved here with more room, or refused again at the same step
+            if refused.entries > entries:
+                return refused
+            limit = refused.limit
         return _screened_optimum(cg, rb, lam, limit, entries)
 
     workers = min(len(lams), threads, max(1, max_bytes // (64 * entries)))
@@ -428,9 +451,9 @@ def _optima(cg, lams, max_bytes, mem=None, tim=None, threads=1, background=None)
             solved = list(pool.map(solve, lams))
     else:
         solved = [solve(lam) for lam in lams]
-    chs = [r[0] for r in solved if not isinstance(r, str)]
-    echs = [r[1] for r in solved if not isinstance(r, str)]
-    skipped = [(lam, r) for lam, r in zip(lams, solved) if isinstance(r, str)]
+    chs = [r[0] for r in solved if not isinstance(r, _Refusal)]
+    echs = [r[1] for r in solved if not isinstance(r, _Refusal)]
+    skipped = [(lam, str(r)) for lam, r in zip(lams, solved) if isinstance(r, _Refusal)]
     if not chs:
         return None, None, skipped, rb
     return np.stack(chs), np.stack(echs).reshape(len(chs), cg.n_edges), skipped, rb
@@ -439,6 +462,7 @@ def _optima(cg, lams, max_bytes, mem=None, tim=None, threads=1, background=None)
 _BACKGROUND_SHARE = 8
 """The anchors solved beside a run (:class:`_BackgroundOptima`) hold at most this fraction of
 ``max_memory``; the run's tables get the rest."""
+_WINDOW_BOUND_ENTRIES = 5_000_000  # :func:`~.screen.window_bound`'s max_entries (per window)
 _BACKGROUND_ANCHORS = True  # False: the anchors are always solved after the run (benchmarks compare)
 
 
@@ -453,13 +477,18 @@ class _BackgroundOptima:
     (bounds and factors; a step that would need more is left to the foreground, which has
     the whole of ``max_memory`` once the run's tables are gone). Both screenings keep every
     optimal strategy, so these are the whole graph's optima (the foreground's may be other
-    strategies of the same costs)."""
+    strategies of the same costs). An end refused here keeps its refusal (:meth:`refusal`),
+    and the lower bound of windows solved exactly that the descents of an end out of reach
+    may need (:func:`_raise_bound`) is computed next, where the budget holds its factors."""
 
-    def __init__(self, cg, budget, threads):
+    def __init__(self, cg, budget, threads, entries_after):
         self.cg = cg
         self.budget = int(budget)
+        self.entries_after = entries_after  # what a solve after the run may hold (its max_entries)
         self._durations = []  # of the jobs that ran (appended from the pool's threads)
-        self.used = []  # the ends whose optimum was taken from here ("fastest", "smallest")
+        self.used = []  # what was taken from here: "fastest", "smallest", "fastest_bound", "smallest_bound"
+        self._refusals = {}  # lam -> _Refusal of its end
+        self._window_bounds = {}  # lam -> the job computing window_bound(cg, lam)
         self._stop = False
         self._pool = ThreadPoolExecutor(1 if threads < 4 else 2, thread_name_prefix="tensoropt-anchors")
         self._bounds = self._pool.submit(self._timed, self._relaxation)
@@ -502,10 +531,21 @@ class _BackgroundOptima:
         if self._stop or not np.isfinite(limit):
             return None
         try:
-            solved = _screened_optimum(self.cg, rb, lam, limit, _entries(self.budget))
+            solved = _screened_optimum(self.cg, rb, lam, limit, _entries(self.budget),
+                                       max(_entries(self.budget), self.entries_after))
         except InfeasibleError:  # the foreground reports it
             return None
-        return None if isinstance(solved, str) else solved
+        if isinstance(solved, _Refusal):
+            self._refusals[float(lam)] = solved
+            if _entries(self.budget) >= _WINDOW_BOUND_ENTRIES:
+                self._window_bounds[float(lam)] = self._pool.submit(self._timed, self._window_bound, lam)
+            return None
+        return solved
+
+    def _window_bound(self, lam):
+        from .screen import window_bound
+
+        return window_bound(self.cg, lam, max_entries=_WINDOW_BOUND_ENTRIES)
 
     def smallest_below(self, mem):
         """Start solving the smallest strategy, screened by the least of achievable memories ``mem``."""
@@ -524,6 +564,26 @@ class _BackgroundOptima:
         if solved is not None:
             self.used.append("smallest" if np.isinf(lam) else "fastest")
         return solved
+
+    def refusal(self, lam):
+        """The :class:`_Refusal` of the optimum for ``lam`` where it was refused here, else None."""
+        job = self._solved.get(float(lam))
+        if job is not None:
+            job.result()
+        return self._refusals.get(float(lam))
+
+    def window_bound(self, lam):
+        """``(True, window_bound(cg, lam))`` where it was computed here (``lam``'s optimum
+        refused), else ``(False, None)``."""
+        job = self._window_bounds.get(float(lam))
+        try:
+            value = None if job is None else job.result()
+        except CancelledError:  # dropped by close()
+            job = None
+        if job is None:
+            return False, None
+        self.used.append("smallest_bound" if np.isinf(lam) else "fastest_bound")
+        return True, value
 
     def close(self, wait=False):
         """Drop what has not started; ``wait``: until the job running has ended (else it ends
@@ -587,7 +647,7 @@ def _add_anchors(cg, mem, tim, ch, ech, stats, strict, max_bytes, threads=1, bac
                 n_before = mem.size
                 mem, tim, ch, ech, keep = _union(mem, tim, ch, ech, rm, rt, rch, rech)
                 stats["relaxation_points"] = int((keep >= n_before).sum())
-            dch, dech, weights = _descents(cg, mem, tim, ch, ech, [lam for lam, _ in skipped], bound)
+            dch, dech, weights = _descents(cg, mem, tim, ch, ech, [lam for lam, _ in skipped], bound, background)
             ach = dch if ach is None else np.concatenate([ach, dch])
             aech = dech if aech is None else np.concatenate([aech, dech])
     if ach is not None:
@@ -613,12 +673,15 @@ def _add_anchors(cg, mem, tim, ch, ech, stats, strict, max_bytes, threads=1, bac
     return mem, tim, ch, ech
 
 
-def _raise_bound(cg, bound, lam):
+def _raise_bound(cg, bound, lam, background=None):
     """Raise the lower bound of the least time (lam = 0: ``bound[0]``) or of the least memory
-    (lam = inf: ``bound[1]``), in place, to :func:`~.screen.window_bound`'s where that is higher."""
+    (lam = inf: ``bound[1]``), in place, to :func:`~.screen.window_bound`'s where that is higher
+    (taken from ``background``, a :class:`_BackgroundOptima`, where it was computed there)."""
     from .screen import window_bound
 
-    windows = window_bound(cg, lam)
+    done, windows = (False, None) if background is None else background.window_bound(lam)
+    if not done:
+        windows = window_bound(cg, lam, max_entries=_WINDOW_BOUND_ENTRIES)
     row = 1 if np.isinf(lam) else 0
     if windows is not None:
         bound[row] = max(bound[row], windows)
@@ -637,15 +700,16 @@ def _proven(cg, choices, edge_choices, lam, bound):
     return bool(value <= least * (1 + _SCREEN_TOL))
 
 
-def _descents(cg, mem, tim, ch, ech, ends, bound):
+def _descents(cg, mem, tim, ch, ech, ends, bound, background=None):
     """Strategies improved by local search (:mod:`.polish`) from a frontier whose exact optima
     are out of reach, where the heuristic eliminations such graphs need leave room: from its
     end for each lam of ``ends`` (0: the fastest, inf: the smallest), by descent, then, unless
     the lower bounds ``bound`` (``(time, memory)``) prove it optimal, windows re-solved exactly
     and descent again; and from its points best for ``_DESCENT_WEIGHTS`` weights spread over its
     slopes, by descent. Where the bound given does not prove a descended end, it is first
-    raised in place (:func:`_raise_bound`), which costs about as much as a descent, so an end
-    the cheap bound proves never pays for it. Returns ``(choices, edge_choices, weights)``."""
+    raised in place (:func:`_raise_bound`, from ``background`` where it was computed there),
+    which costs about as much as a descent, so an end the cheap bound proves never pays for it.
+    Returns ``(choices, edge_choices, weights)``."""
     from .polish import descend, descend_many, reoptimize_windows
 
     slopes = -np.diff(tim) / np.diff(mem)
@@ -657,7 +721,7 @@ def _descents(cg, mem, tim, ch, ech, ends, bound):
     for r, lam in enumerate(ends):
         c, e = dch[r], dech[r]
         if not _proven(cg, c, e, lam, bound):
-            _raise_bound(cg, bound, lam)
+            _raise_bound(cg, bound, lam, background)
         if not _proven(cg, c, e, lam, bound):
             c, e, _ = reoptimize_windows(cg, c, e, lam)
             dch[r], dech[r] = descend(cg, c, e, lam)
@@ -848,7 +912,11 @@ def track(
         the least memory of the first heuristic run. That thread holds at most an eighth of
         ``max_memory`` (the run the rest; not after a run stopped at ``max_memory``);
         ``stats["anchors_beside"]`` names the ends it solved (``stats["anchor_background_seconds"]``:
-        its seconds), the others are solved after the run as above.
+        its seconds), the others are solved after the run as above. An end it was refused is
+        tried again after the run only where the whole ``max_memory`` gives the step refused
+        enough room (on that thread's graph when it is the smaller), and the windows' lower
+        bound of that end is computed there next (``"fastest_bound"``, ``"smallest_bound"`` in
+        ``stats["anchors_beside"]`` where the descents used it).
 
     max_memory : int or None
         Bytes the frontier tables may hold (None: 60% of the memory available at the
@@ -966,7 +1034,7 @@ def track(
             if ctx.max_bytes - ctx.used_bytes() < budget:
                 return
             ctx.max_bytes -= budget
-        background.append(_BackgroundOptima(cg, budget, threads))
+        background.append(_BackgroundOptima(cg, budget, threads, _entries(int(max_memory))))
 
     def first_run_done(mem):
         if background:
