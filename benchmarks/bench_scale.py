@@ -69,6 +69,11 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   the hub fixed to each of 8 sampled configs, above the whole graph's optimum (in %), for
   ``lam = 0`` and the median slope of the default frontier, and how many of the hub's configs
   the frontier uses;
+* ``transformer16_join_order``: the kernel calls of those joins (epsilon 1e-3, one thread, no
+  anchors), their seconds in all, and for the three costliest: how many configs of the node
+  eliminated (its terms) reach the thinned output, and the call's seconds (best of 3) with its
+  terms in their own order, reversed, and with the terms of most output points first (an
+  oracle); the output is the same in every order;
 * ``threads``: ``track`` on the Transformer at ``--thread-devices`` devices with
   ``threads=1, 2, ...`` (``--threads``), epsilon 1e-3 without anchors, and with default settings
   (seconds, speedup over the first count, and the seconds of the exact start given up and of
@@ -127,7 +132,7 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   points the descents added and the largest fall of min(time + lam * memory) they gave.
 
 Usage: python benchmarks/bench_scale.py [--cases transformer16_track transformer16_skip transformer16_sweep transformer16_covers transformer16_simd transformer16_hub_first transformer16_limits transformer16_terms transformer16_outside
-       transformer16_parts fastest threads cyclic interval_peak iopddl candidates candidates_full mesh_loss paper16 llama mixtral] [--timeout 600] [--threads 1 2] [--thread-devices 8] [--max-memory 4e9]
+       transformer16_parts transformer16_join_order fastest threads cyclic interval_peak iopddl candidates candidates_full mesh_loss paper16 llama mixtral] [--timeout 600] [--threads 1 2] [--thread-devices 8] [--max-memory 4e9]
        [--candidate-graphs 1x16] [--paper-models wide_resnet rnn] [--paper-uncapped] [--llama-devices 32 64]
        [--llama-layers 32] [--llama-loss]
 """
@@ -591,6 +596,60 @@ for hub in ("encoder.dropout", "encoder1.ln1", "encoder5.ln2"):
             excess[lam].append(100 * (min_sum(sub, lam).value / best[lam] - 1))
     out(case="parts_hub", hub=hub, configs=int(K), used_by_frontier=int(np.unique(fr.choices[:, i]).size),
         excess_pct={{f"{{lam:.3g}}": [round(float(x), 3) for x in sorted(v)] for lam, v in excess.items()}})
+""",
+    "transformer16_join_order": r"""
+# the joins of the running frontier with each layer (node eliminations next to the model's input,
+# which carries that frontier), their three costliest kernel calls: how many configs of the node
+# eliminated reach the thinned output, and each call again with its terms in other orders
+# (natural, reversed, and most output points first: an oracle); the same frontiers every time
+import tensoropt_py.elimination.driver as driver
+import tensoropt_py.elimination.table as tab_mod
+from tensoropt_py.elimination.kernels import run_kernel
+built = build_cost_graph(zoo.transformer(), to.Cluster.preset("v100-2x8"), 16)
+cg, names = built.cost_graph, built.op_names
+carrier = names.index("input")
+state = dict(join=False)
+calls = []  # (seconds, kernel arguments) of the joins' kernel calls
+kernel = tab_mod.run_kernel
+def recording(*args, **kwargs):
+    t0 = time.perf_counter(); result = kernel(*args, **kwargs); s = time.perf_counter() - t0
+    if state["join"] and kwargs.get("outer") is not None:
+        calls.append((s, args, kwargs["outer"]))
+    return result
+eliminate_node = driver.eliminate_node
+def joining(g, i, *args, **kwargs):
+    state["join"] = carrier in g.adj[i]
+    try:
+        return eliminate_node(g, i, *args, **kwargs)
+    finally:
+        state["join"] = False
+tab_mod.run_kernel = recording
+driver.eliminate_node = joining
+t0 = time.perf_counter()
+track(cg, threads=1, epsilon=1e-3, anchors=False)
+total = time.perf_counter() - t0
+tab_mod.run_kernel, driver.eliminate_node = kernel, eliminate_node
+out(case="joins", seconds=total, kernel_calls=len(calls), kernel_s=sum(c[0] for c in calls))
+for s, (offs, mems, tims, term_off, _, eps, _), (row, col) in sorted(calls, key=lambda c: -c[0])[:3]:
+    def timed(order):
+        best = np.inf
+        for _ in range(3):
+            t0 = time.perf_counter()
+            res = run_kernel(offs, mems, tims, term_off, None, eps, 1, outer=(row, np.ascontiguousarray(col[:, order])))
+            best = min(best, time.perf_counter() - t0)
+        return best, res
+    U = col.shape[1]
+    natural, res = timed(np.arange(U))
+    # the term of every output point: its cell of the slot whose row is the same for every output cell
+    slot = next(k for k in range(row.shape[0]) if np.unique(row[k]).size == 1 and np.diff(offs[k]).max() > 1)
+    owner = np.searchsorted(offs[slot], res[3][:, slot], side="right") - 1
+    given = np.bincount(np.searchsorted(row[slot, 0] + col[slot], owner), minlength=U)
+    row_out = dict(terms=int(U), output_cells=int(row.shape[1]), terms_in_output=int((given > 0).sum()), natural_s=natural)
+    for name, order in (("reversed", np.arange(U)[::-1]), ("oracle", np.argsort(-given, kind="stable"))):
+        s_, other = timed(order)
+        assert all(np.array_equal(a, b) for a, b in zip(res[:3], other[:3]))
+        row_out[name + "_s"] = s_
+    out(case="join_order", **row_out)
 """,
     "threads": r"""
 cg = build_cost_graph(zoo.transformer(), to.Cluster.preset("v100-2x8"), {devices}).cost_graph
