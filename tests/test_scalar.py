@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tensoropt_py as to
 from tensoropt_py.cost.builder import build_cost_graph
@@ -215,6 +217,68 @@ def test_anchors_beside_the_run_left_to_the_end_where_their_share_is_too_small(m
     assert fr.stats["anchors_beside"] == ()
     assert fr.time.min() == pytest.approx(min_sum(cg, 0.0).time, rel=1e-12)
     assert fr.memory.min() == pytest.approx(min_sum(cg, np.inf).memory, rel=1e-12)
+
+
+@given(st.integers(0, 10**6), st.integers(1, 6), st.integers(1, 6), st.booleans())
+@settings(max_examples=200, deadline=None)
+def test_the_compiled_min_of_sums_equals_its_reference_bit_for_bit(seed, ndim, n_factors, views):
+    # random shapes, broadcast axes, +inf entries, magnitudes from 1e-3 to 1e9 (so that the order
+    # of the sums shows), and strided views as well as contiguous arrays
+    from tensoropt_py.engine.scalar import min_of_sums, min_of_sums_reference
+
+    rng = np.random.default_rng(seed)
+    shape = tuple(int(n) for n in rng.integers(1, 7, size=ndim))
+    factors = []
+    for _ in range(n_factors):
+        own = tuple(n if rng.random() < 0.6 else 1 for n in shape)
+        a = rng.random(own) * 10.0 ** rng.integers(-3, 10)
+        a[rng.random(own) < 0.05] = np.inf
+        if views:  # the same values, every other element of an array twice as long on the last axis
+            wide = np.zeros(own[:-1] + (2 * own[-1],))
+            wide[..., ::2] = a
+            a = wide[..., ::2]
+        factors.append(a)
+    got = min_of_sums(factors, shape)
+    assert got.shape == shape[1:]
+    np.testing.assert_array_equal(got, min_of_sums_reference(factors, shape))
+
+
+def test_min_of_sums_says_what_is_wrong_with_its_input():
+    from tensoropt_py.engine.scalar import min_of_sums
+
+    ok = np.zeros((2, 3))
+    for factors, shape, words in (
+        ([], None, "at least one"),
+        ([ok, np.zeros(3)], None, "number of dimensions"),
+        ([ok, np.zeros((2, 4))], None, "do not broadcast"),
+        ([ok], (2, 4), "do not broadcast to shape"),
+        ([np.zeros((0, 3))], None, "empty axis"),
+        ([ok, np.full((2, 1), np.nan)], None, r"factors\[1\] holds NaN"),
+        ([["a"]], None, "arrays of numbers"),
+    ):
+        with pytest.raises(InvalidInputError, match=words):
+            min_of_sums(factors, shape)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_min_sum_is_the_same_with_the_compiled_reductions_as_with_numpys(seed, monkeypatch):
+    # the compiled min-plus step adds the factors in NumPy's order: the optimum, its value and
+    # its strategy must be the same bit for bit
+    import importlib
+
+    scalar_mod = importlib.import_module("tensoropt_py.engine.scalar")
+    cg = random_cyclic_graph(seed=seed) if seed % 2 else random_layered_dag(5, 3, 4, layouts=3, options=2, seed=seed)
+    lams = (0.0, 1e-3, 0.7)
+    try:
+        compiled = [min_sum(cg, lam) for lam in lams]
+    except InfeasibleError:
+        return
+    monkeypatch.setattr(scalar_mod._minplus, "MAX_FACTORS", 0)  # every reduction in NumPy's slabs
+    for lam, opt in zip(lams, compiled):
+        ref = min_sum(cg, lam)
+        assert (opt.value, opt.memory, opt.time) == (ref.value, ref.memory, ref.time)
+        np.testing.assert_array_equal(opt.choices, ref.choices)
+        np.testing.assert_array_equal(opt.edge_choices, ref.edge_choices)
 
 
 @pytest.mark.parametrize("seed", range(12))
