@@ -13,7 +13,6 @@ reference are :func:`tensoropt_py.engine.scalar.min_of_sums` and
 from libc.stdlib cimport malloc, free
 from libc.math cimport INFINITY
 
-import numpy as np
 cimport numpy as cnp
 
 cnp.import_array()
