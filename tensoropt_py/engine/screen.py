@@ -181,6 +181,7 @@ def relaxation_bounds(cg, lams, max_bytes=None):
     cache = _RowCache(lams, _ROW_CACHE_BYTES if max_bytes is None else min(_ROW_CACHE_BYTES, max_bytes // 4))
     classes = []  # per edge: the classes in use at each end and every config's index among them
     coupling = np.zeros(cg.n_edges)
+    coupled = {}  # coupling by table and classes in use: repeated layers' edges share both
     for e, (u, v, smap, dmap, tab) in enumerate(cg._norm):
         ua, sm = np.unique(smap, return_inverse=True)
         ub, dm = np.unique(dmap, return_inverse=True)
@@ -191,13 +192,17 @@ def relaxation_bounds(cg, lams, max_bytes=None):
                 f"needs {need / 2**20:.1f} MiB, more than max_bytes = {max_bytes / 2**20:.1f} MiB",
                 used_bytes=int(need), limit_bytes=int(max_bytes))
         classes.append((ua, ub, sm.reshape(-1), dm.reshape(-1)))
-        x = cache.rows(tab, ua, ub)[lams.size // 2]
-        fin = np.isfinite(x)
-        if fin.any():
-            x = np.where(fin, x, 2.0 * float(np.abs(x[fin]).max()) + 1.0)
-            coupling[e] = float((x - x.min(axis=1, keepdims=True)).mean() + (x - x.min(axis=0, keepdims=True)).mean())
-        else:
-            coupling[e] = np.inf
+        key = (table_key(tab), ua.tobytes(), ub.tobytes())
+        if key not in coupled:
+            x = cache.rows(tab, ua, ub)[lams.size // 2]
+            fin = np.isfinite(x)
+            if fin.any():
+                x = np.where(fin, x, 2.0 * float(np.abs(x[fin]).max()) + 1.0)
+                coupled[key] = float((x - x.min(axis=1, keepdims=True)).mean()
+                                     + (x - x.min(axis=0, keepdims=True)).mean())
+            else:
+                coupled[key] = np.inf
+        coupling[e] = coupled[key]
     # maximum spanning forest by coupling: the strongest edges are kept exact
     parent = list(range(n))
 
