@@ -169,7 +169,9 @@ def min_of_sums(factors, shape=None):
         if np.isnan(a).any():
             raise InvalidInputError(f"min_of_sums: factors[{k}] holds NaN")
     out = np.empty(shape[1:])
-    return _minplus.min_of_sums_kernel([np.ascontiguousarray(a) for a in arrays], shape, out)
+    # views are read in place where their strides are whole float64s (the kernel walks any such)
+    arrays = [a if all(s % 8 == 0 for s in a.strides) else np.ascontiguousarray(a) for a in arrays]
+    return _minplus.min_of_sums_kernel(arrays, shape, out)
 
 
 def min_of_sums_reference(factors, shape=None):
