@@ -314,15 +314,20 @@ def _min_sum_within(cg, lam, max_entries, plan_entries, max_work):
     return _eliminate(cg, lam, max_entries, numeric=True, plan=plan)
 
 
+def _step_entries(shape):
+    """The least ``max_entries`` with which an elimination over classes ``shape`` (the node
+    eliminated first) passes: its factor's entries, and its sums over ``_WORK_PER_ENTRY``."""
+    out_size = math.prod(shape[1:])
+    return max(out_size, -(-out_size * shape[0] // _WORK_PER_ENTRY))
+
+
 def _needed_entries(plan):
     """The least ``max_entries`` with which every step of a plan of :func:`_eliminate` passes."""
     need = 0
     for _, classes in plan:
         if classes is not None:
             scope, _, rep, _ = classes
-            shape = [rep[z].shape[0] for z in scope]
-            out_size = math.prod(shape[1:])
-            need = max(need, out_size, -(-out_size * shape[0] // _WORK_PER_ENTRY))
+            need = max(need, _step_entries([rep[z].shape[0] for z in scope]))
     return need
 
 
@@ -467,7 +472,7 @@ def _eliminate(cg, lam, max_entries, numeric, plan=None):
                 f"min_sum: eliminating node {x} needs a factor over nodes {tuple(scope)} (classes "
                 f"{tuple(shape)}) with {out_size * shape[0]} entries, more than max_entries={max_entries} allows "
                 f"(the graph is too wide for exact elimination)",
-                max(out_size, -(-out_size * shape[0] // _WORK_PER_ENTRY)),  # as _needed_entries counts
+                _step_entries(shape),
             )
         subs = []
         popped = [factors[f] for f in fids]

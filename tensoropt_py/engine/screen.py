@@ -116,6 +116,12 @@ def _edge_rows(tab, ua, ub, lams):
         yield _weigh(sub[..., 0], sub[..., 1], lams[row:row + 1] if row < lams.size else lams[:0])[0].min(axis=2)
 
 
+def _classes_key(tab, ua, ub):
+    """Key of an edge's cost table restricted to the layout classes ``ua`` x ``ub`` in use: edges
+    of repeated layers share it (the cost builder shares their tables)."""
+    return table_key(tab), ua.tobytes(), ub.tobytes()
+
+
 class _RowCache:
     """:func:`_edge_rows` of the edges that share a cost table and its classes in use (model
     layers repeat: the cost builder shares their tables), computed once while they fit in
@@ -129,7 +135,7 @@ class _RowCache:
         self._bytes = 0
 
     def rows(self, tab, ua, ub):
-        key = (table_key(tab), ua.tobytes(), ub.tobytes())
+        key = _classes_key(tab, ua, ub)
         hit = self._rows.pop(key, None)
         if hit is None:
             hit = list(_edge_rows(tab, ua, ub, self.lams))
@@ -192,7 +198,7 @@ def relaxation_bounds(cg, lams, max_bytes=None):
                 f"needs {need / 2**20:.1f} MiB, more than max_bytes = {max_bytes / 2**20:.1f} MiB",
                 used_bytes=int(need), limit_bytes=int(max_bytes))
         classes.append((ua, ub, sm.reshape(-1), dm.reshape(-1)))
-        key = (table_key(tab), ua.tobytes(), ub.tobytes())
+        key = _classes_key(tab, ua, ub)
         if key not in coupled:
             x = cache.rows(tab, ua, ub)[lams.size // 2]
             fin = np.isfinite(x)
@@ -364,7 +370,7 @@ def restrict(cg, keep):
     for (u, v, smap, dmap, tab) in cg._norm:
         ua, sm = np.unique(smap[keep[u]], return_inverse=True)
         ub, dm = np.unique(dmap[keep[v]], return_inverse=True)
-        key = (table_key(tab), ua.tobytes(), ub.tobytes())
+        key = _classes_key(tab, ua, ub)
         small = shared.get(key)
         if small is None:
             small = shared[key] = np.ascontiguousarray(tab[ua][:, ub])
@@ -495,7 +501,10 @@ def _weighted(mem, tim, lam):
     return _weigh(mem, tim, np.array([] if np.isinf(lam) else [lam]))[0]
 
 
-def window_bound(cg, lam, window=_WINDOW_BOUND, max_entries=5_000_000, max_work=2e8):
+_WINDOW_BOUND_ENTRIES = 5_000_000  # max_entries of window_bound's windows (a few such factors are alive at once)
+
+
+def window_bound(cg, lam, window=_WINDOW_BOUND, max_entries=_WINDOW_BOUND_ENTRIES, max_work=2e8):
     """A lower bound of ``min time + lam * memory`` (memory for lam = inf) from windows of
     consecutive nodes solved exactly.
 

@@ -462,7 +462,6 @@ def _optima(cg, lams, max_bytes, mem=None, tim=None, threads=1, background=None)
 _BACKGROUND_SHARE = 8
 """The anchors solved beside a run (:class:`_BackgroundOptima`) hold at most this fraction of
 ``max_memory``; the run's tables get the rest."""
-_WINDOW_BOUND_ENTRIES = 5_000_000  # :func:`~.screen.window_bound`'s max_entries (per window)
 _BACKGROUND_ANCHORS = True  # False: the anchors are always solved after the run (benchmarks compare)
 
 
@@ -536,8 +535,10 @@ class _BackgroundOptima:
         except InfeasibleError:  # the foreground reports it
             return None
         if isinstance(solved, _Refusal):
+            from .screen import _WINDOW_BOUND_ENTRIES
+
             self._refusals[float(lam)] = solved
-            if _entries(self.budget) >= _WINDOW_BOUND_ENTRIES:
+            if _entries(self.budget) >= _WINDOW_BOUND_ENTRIES:  # its windows' factors fit the share
                 self._window_bounds[float(lam)] = self._pool.submit(self._timed, self._window_bound, lam)
             return None
         return solved
@@ -545,7 +546,7 @@ class _BackgroundOptima:
     def _window_bound(self, lam):
         from .screen import window_bound
 
-        return window_bound(self.cg, lam, max_entries=_WINDOW_BOUND_ENTRIES)
+        return window_bound(self.cg, lam)
 
     def smallest_below(self, mem):
         """Start solving the smallest strategy, screened by the least of achievable memories ``mem``."""
@@ -681,7 +682,7 @@ def _raise_bound(cg, bound, lam, background=None):
 
     done, windows = (False, None) if background is None else background.window_bound(lam)
     if not done:
-        windows = window_bound(cg, lam, max_entries=_WINDOW_BOUND_ENTRIES)
+        windows = window_bound(cg, lam)
     row = 1 if np.isinf(lam) else 0
     if windows is not None:
         bound[row] = max(bound[row], windows)
