@@ -25,6 +25,12 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   without skipping them;
 * ``transformer16_skip``: the default ``track`` of ``transformer16_track`` with and without the
   kernel skipping covered outer terms (``skip_covered``), twice each, alternated;
+* ``transformer16_dominated``: the same with and without the kernel skipping the outer terms
+  another term strictly dominates (``skip_dominated``), twice each, alternated, and at epsilon
+  1e-3 without anchors on one thread; in a third run of that kind, the kernel calls where it
+  applies, each timed both ways (best of 2), and for the costliest one its cells and the share of
+  its terms covered (``outer_skip_mask``) and covered or strictly dominated
+  (``dominated=True``); and whether the frontiers and strategies are the same;
 * ``transformer16_sweep``: the same with and without the sweep kernel (node eliminations
   whose terms sum one multi-point cell with single points of one memory reduce every output
   cell of a row together), twice each, alternated, and whether the frontiers are the same;
@@ -132,7 +138,7 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   ``min_sum``) its gap to the relaxation lower bound after descent (``end_gaps``), with the
   points the descents added and the largest fall of min(time + lam * memory) they gave.
 
-Usage: python benchmarks/bench_scale.py [--cases transformer16_track transformer16_skip transformer16_sweep transformer16_covers transformer16_simd transformer16_hub_first transformer16_limits transformer16_terms transformer16_outside
+Usage: python benchmarks/bench_scale.py [--cases transformer16_track transformer16_skip transformer16_dominated transformer16_sweep transformer16_covers transformer16_simd transformer16_hub_first transformer16_limits transformer16_terms transformer16_outside
        transformer16_parts transformer16_join_order fastest threads cyclic interval_peak iopddl candidates candidates_full mesh_loss paper16 llama mixtral] [--timeout 600] [--threads 1 2] [--thread-devices 8] [--max-memory 4e9]
        [--candidate-graphs 1x16] [--paper-models wide_resnet rnn] [--paper-uncapped] [--llama-devices 32 64]
        [--llama-layers 32] [--llama-loss]
@@ -333,6 +339,59 @@ for mode in ("never", "auto", "never", "auto"):
 tab_mod.run_kernel = run_kernel
 out(case="transformer16_skip", threads={threads}, seconds_without_skipping=runs["never"], seconds_skipping=runs["auto"],
     points=[runs["never_points"], runs["auto_points"]])
+""",
+    "transformer16_dominated": r"""
+# the default track with and without skipping the outer terms another strictly dominates (the
+# kernel's skip_dominated), alternated; then on one thread at epsilon 1e-3 without anchors, with
+# the kernel calls where "auto" skips them timed both ways, and the costliest one's share of terms
+# covered and strictly dominated; the frontiers and strategies are compared bit for bit
+import tensoropt_py.elimination.table as tab_mod
+import tensoropt_py.elimination.kernels as kernels_mod
+from tensoropt_py.elimination.kernels import outer_skip_mask
+cg = build_cost_graph(zoo.transformer(), to.Cluster.preset("v100-2x8"), 16).cost_graph
+run_kernel = tab_mod.run_kernel
+def never(*args, **kw):
+    return run_kernel(*args, **{{**kw, "skip_dominated": "never"}})
+def same(a, b):
+    return bool(np.array_equal(a.memory, b.memory) and np.array_equal(a.time, b.time)
+                and np.array_equal(a.choices, b.choices))
+runs, fronts = {{}}, {{}}
+for mode in ("never", "auto", "never", "auto"):
+    tab_mod.run_kernel = never if mode == "never" else run_kernel
+    t0 = time.perf_counter(); fr = track(cg, threads={threads}); runs.setdefault(mode, []).append(time.perf_counter() - t0)
+    fronts.setdefault(mode, fr)
+for mode in ("never", "auto", "never", "auto"):
+    tab_mod.run_kernel = never if mode == "never" else run_kernel
+    t0 = time.perf_counter(); fr = track(cg, threads=1, epsilon=1e-3, anchors=False)
+    runs.setdefault("one_" + mode, []).append(time.perf_counter() - t0)
+    fronts.setdefault("one_" + mode, fr)
+calls = []
+def timing(offs, mems, tims, term_off, term_cells, eps, threads, *args, **kw):
+    outer = kw.get("outer")
+    if outer is None or not kernels_mod._skip_dominated(offs, outer, "auto"):
+        return run_kernel(offs, mems, tims, term_off, term_cells, eps, threads, *args, **kw)
+    spent = {{}}
+    for mode in ("never", "auto", "never", "auto"):
+        t0 = time.perf_counter()
+        res = run_kernel(offs, mems, tims, term_off, term_cells, eps, threads, *args, **{{**kw, "skip_dominated": mode}})
+        spent[mode] = min(spent.get(mode, np.inf), time.perf_counter() - t0)
+    calls.append((spent["never"], spent["auto"], [(o, m, t) for o, m, t in zip(offs, mems, tims)], outer))
+    return res
+tab_mod.run_kernel = timing
+track(cg, threads=1, epsilon=1e-3, anchors=False)
+tab_mod.run_kernel = run_kernel
+costliest = max(calls, key=lambda c: c[0])
+tables, (row, col) = costliest[2], costliest[3]
+covered = outer_skip_mask(tables, row, col)
+dominated = outer_skip_mask(tables, row, col, dominated=True)
+out(case="transformer16_dominated", threads={threads}, seconds_without=runs["never"], seconds_with=runs["auto"],
+    one_thread_seconds_without=runs["one_never"], one_thread_seconds_with=runs["one_auto"],
+    points=[len(fronts["never"]), len(fronts["auto"])],
+    same_frontier=same(fronts["never"], fronts["auto"]) and same(fronts["one_never"], fronts["one_auto"]),
+    calls=len(calls), calls_seconds_without=sum(c[0] for c in calls), calls_seconds_with=sum(c[1] for c in calls),
+    costliest_cells=[int(o.shape[0] - 1) for o, _, _ in tables], costliest_terms=int(covered.size),
+    costliest_covered=float(covered.mean()), costliest_covered_or_dominated=float(dominated.mean()),
+    costliest_seconds=[costliest[0], costliest[1]])
 """,
     "transformer16_sweep": r"""
 # the default track with and without the sweep kernel (run_kernel's sweep), alternated; the

@@ -359,6 +359,87 @@ def test_skipped_covered_terms_leave_the_result_unchanged(seed, integer, roundin
             assert np.array_equal(g, e), skip
 
 
+def shifted_job(rng, integer):
+    """Outer terms over tables whose cells are one frontier per table delayed by different times
+    (and a few others): terms often beat one another by delays in one slot that another slot
+    more than makes up for, or tie."""
+    S = int(rng.integers(1, 4))
+    tables = []
+    for _ in range(S):
+        n_cells = int(rng.integers(2, 9))
+        p = int(rng.integers(1, 6))
+        pts = rng.integers(0, 15, size=(p, 2)).astype(float) if integer else np.stack(
+            [10 ** rng.uniform(6, 9, p), 10 ** rng.uniform(-4, -1, p)], axis=1)
+        base = reduce(pts)
+        offs, ms, ts = [0], [], []
+        for _ in range(n_cells):
+            if rng.random() < 0.2:
+                f = reduce(rng.integers(0, 15, size=(int(rng.integers(1, 4)), 2)).astype(float))
+            else:
+                f = base + [0.0, float(rng.integers(0, 4)) * (1.0 if integer else 1e-3)]
+            ms.extend(f[:, 0])
+            ts.extend(f[:, 1])
+            offs.append(len(ms))
+        tables.append((np.array(offs), np.array(ms), np.array(ts)))
+    n_out, U = int(rng.integers(1, 5)), int(rng.integers(2, 9))
+    row = np.zeros((S, n_out), dtype=np.int64)
+    col = np.stack([rng.integers(0, len(t[0]) - 1, size=U) for t in tables]).astype(np.int64)
+    return tables, row, col
+
+
+@settings(max_examples=150)
+@given(st.integers(0, 10**6), st.booleans(), st.sampled_from([0.0, 0.01]),
+       st.sampled_from(["auto", "heap", "staircase"]))
+def test_terms_another_strictly_dominates_are_the_references_and_skipping_them_changes_nothing(
+        seed, integer, eps, merge):
+    """The terms the kernel skips as strictly dominated, with the delays of each slot kept per
+    row class or walked for every cell, are the reference's; skipping them changes nothing,
+    provenance included."""
+    from tensoropt_py.elimination.kernels import _delay_classes
+
+    rng = np.random.default_rng(seed)
+    tables, row, col = shifted_job(rng, integer) if rng.random() < 0.6 else outer_job(rng, integer, False)
+    S, (n_out, U) = len(tables), (row.shape[1], col.shape[1])
+    exp_mask = outer_skip_reference(tables, row, col, dominated=True)
+    assert np.array_equal(outer_skip_mask(tables, row, col, dominated=True), exp_mask)
+    offs, mems, tims = ([np.ascontiguousarray(t[i], dtype=float if i else np.int64) for t in tables] for i in range(3))
+    covered = outer_skip_reference(tables, row, col)
+    for slack in ([None] * S, _delay_classes(offs, row, U, 1, None)):  # without cover bitsets
+        got = _kernels.outer_skip_mask(offs, mems, tims, row, col, None, slack)
+        assert np.array_equal(got | covered, exp_mask)
+    cells = (row.T[:, None, :] + col.T[None, :, :]).reshape(n_out * U, S)
+    exp = combine_reference(tables, np.arange(n_out + 1) * U, cells, epsilon=eps)
+    for skip in ("always", "never"):
+        got = combine_outer(tables, row, col, epsilon=eps, threads=int(rng.integers(1, 3)), merge=merge,
+                            skip_dominated=skip, skip_covered=str(rng.choice(["always", "never"])))
+        for g, e in zip(got, exp):
+            assert np.array_equal(g, e), skip
+
+
+def test_a_term_is_skipped_as_dominated_only_behind_a_sum_of_delays_below_zero():
+    """Single points: slot 0 of times 1.5 / 2 / 2.5, slot 1 of times 3 / 1 / 1.5 (memory 0)."""
+    t0 = (np.array([0, 1, 2, 3]), np.array([1.0, 1.0, 1.0]), np.array([1.5, 2.0, 2.5]))
+    t1 = (np.array([0, 1, 2, 3]), np.array([0.0, 0.0, 0.0]), np.array([3.0, 1.0, 1.5]))
+    row = np.zeros((2, 1), dtype=np.int64)
+
+    def both(col):
+        got = outer_skip_mask([t0, t1], row, np.array(col), dominated=True).tolist()
+        assert got == outer_skip_reference([t0, t1], row, col, dominated=True).tolist()
+        return got
+
+    # term 1 is 0.5 s slower in slot 0 and 2 s faster in slot 1: term 0 goes, before or after it
+    assert both([[0, 1], [0, 1]]) == [[True, False]]
+    assert both([[1, 0], [1, 0]]) == [[False, True]]
+    # 0.5 s slower in slot 0 and 0.5 s faster in slot 1: a tie, which only a cover could skip
+    assert both([[0, 1], [2, 1]]) == [[False, False]]
+    assert both([[0, 0, 1], [0, 2, 1]]) == [[True, False, False]]  # the two of 3 s beat the one of 4.5 s
+    # delays trade time only: a term of more memory in a slot is not beaten, however slow
+    t2 = (np.array([0, 1, 2]), np.array([1.0, 0.0]), np.array([0.0, 9.0]))
+    assert outer_skip_mask([t0, t2], row, np.array([[0, 1], [1, 0]]), dominated=True).tolist() == [[False, False]]
+    with pytest.raises(InvalidInputError, match="skip_dominated must be one of"):
+        combine_outer([t0], np.zeros((1, 1), dtype=np.int64), np.zeros((1, 2), dtype=np.int64), skip_dominated="yes")
+
+
 class RecordingMemo:
     """A memo of the kind ``run_kernel`` keeps cover bitsets in, counting what it is asked."""
 

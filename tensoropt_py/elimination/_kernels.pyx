@@ -32,6 +32,14 @@ combine). In a cell of outer terms (a node elimination's: one per config of the 
 eliminated), a term is skipped when an earlier term with the same base slot has, in every
 slot, a cell covering its cell (``cover_bitsets``, ``_cell_skips``): it could only add
 points that the earlier term's dominate, as summed (42% of the costliest combine's terms).
+Where a term's candidate points are many, a term is also skipped when another one strictly
+dominates it (``_slack_skips``): per slot, every point of its cell weakly dominated by a point
+of the other's delayed by some time, the least delays summing below zero by a margin above any
+rounding. A node elimination's configs often differ by a delay in one slot that another more
+than makes up for (``transformer16_dominated`` in ``benchmarks/bench_scale.py``: in the costliest
+join of the frontier so far with a layer, 72% of the terms covered or strictly dominated, 46%
+covered); the delays of a slot whose row is shared by many output cells are kept per row (one
+frontier so far for every cell: each pair of its cells is walked once).
 Output points carry their
 provenance: the global point index of the parent point of every slot (``-1`` for an
 absent slot).
@@ -54,7 +62,7 @@ provenance included.  Public, validating entry points live in
 """
 from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memcpy, memmove, memset
-from libc.math cimport INFINITY
+from libc.math cimport INFINITY, NAN, fabs
 from libc.stdint cimport INT64_MAX, uint64_t
 
 import numpy as np
@@ -220,7 +228,10 @@ cdef struct Src:
     # and each output cell's index among them; NULL cover[0]: every term is visited
     const uint64_t* cover[MAXS]
     const i64* row_index[MAXS]
-    i64 W  # 64-bit words per bitset of U terms
+    bint slack  # skip the outer terms that another term strictly dominates (_slack_skips)
+    const i64* delay_class[MAXS]  # ... per slot, each output cell's row class, whose delays are kept (NULL: none)
+    i64 delay_classes[MAXS]  # ... and how many classes
+    i64 W  # 64-bit words per bitset of U terms (0: no term is skipped)
 
 
 cdef struct Lst:
@@ -279,6 +290,11 @@ cdef struct Buf:
     double buckets_inv  # buckets per unit of memory
     uint64_t* skip  # the covered terms of the current cell (W words; _cell_skips)
     int* term_base  # the base slot of each of its U terms
+    i64* term_lo  # per term and slot (U x S): its cell's first point (_slack_skips)
+    i64* term_n  # ... its points
+    double* term_sum  # ... its least memory, least time and time magnitude (U x S x 3)
+    double* delay[MAXS]  # per slot with row classes, the delays (_slack) of the pairs of terms met (classes x U x U, NaN: not yet)
+    char* delay_exact[MAXS]  # ... whether each is the delay itself or a lower bound of it (a walk stopped early)
 
 
 cdef inline bint _less(HE* a, HE* b) noexcept nogil:
@@ -800,21 +816,29 @@ cdef inline bint _covers(const double* m, const double* t, i64 pa, i64 na, i64 p
 
 
 cdef int _cell_skips(Src* src, Buf* B, i64 c) noexcept nogil:
-    """Mark in ``B.skip`` the terms of outer cell ``c`` that no output point can come from: term
-    ``v`` is skipped when a term ``u < v`` with the same base slot has, in every slot, a cell
-    covering ``v``'s (every point weakly dominated). Each point of ``v`` is then weakly dominated
-    by a point of ``u``, as the kernel sums them (same slots in the same order, and rounding is
-    monotone), and ``u``'s lists come first, so a tie keeps ``u``'s point: the cell's frontier,
-    provenance included, is the same without ``v``. Returns -1 when the buffers cannot be had."""
+    """Mark in ``B.skip`` the terms of outer cell ``c`` that no output point can come from. With
+    cover bitsets, term ``v`` is skipped when a term ``u < v`` with the same base slot has, in
+    every slot, a cell covering ``v``'s (every point weakly dominated). Each point of ``v`` is
+    then weakly dominated by a point of ``u``, as the kernel sums them (same slots in the same
+    order, and rounding is monotone), and ``u``'s lists come first, so a tie keeps ``u``'s
+    point: the cell's frontier, provenance included, is the same without ``v``. With
+    ``src.slack``, the terms that another one strictly dominates go too (:func:`_slack_skips`).
+    Returns -1 when the buffers cannot be had."""
     cdef i64 U = src.U, W = src.W, u, w, cell, size, best
     cdef int s, b
     cdef uint64_t x
     cdef const uint64_t* rowbits[MAXS]
-    cdef uint64_t group[MAXS * _COVER_WORDS]  # per base slot, its terms (_point_at_covers checks W)
+    cdef uint64_t group[MAXS * _COVER_WORDS]  # per base slot, its terms (W <= _COVER_WORDS)
     if B.skip == NULL:
         B.skip = <uint64_t*> malloc(W * sizeof(uint64_t))
         B.term_base = <int*> malloc(U * sizeof(int))
         if B.skip == NULL or B.term_base == NULL:
+            return -1
+    if src.slack and B.term_lo == NULL:
+        B.term_lo = <i64*> malloc(U * src.S * sizeof(i64))
+        B.term_n = <i64*> malloc(U * src.S * sizeof(i64))
+        B.term_sum = <double*> malloc(3 * U * src.S * sizeof(double))
+        if B.term_lo == NULL or B.term_n == NULL or B.term_sum == NULL:
             return -1
     for w in range(MAXS * W):
         group[w] = 0
@@ -824,33 +848,169 @@ cdef int _cell_skips(Src* src, Buf* B, i64 c) noexcept nogil:
         for s in range(src.S):
             cell = src.outer_row[s * src.n_rows + c] + src.outer_col[s * U + u]
             size = src.offs[s][cell + 1] - src.offs[s][cell]
+            if src.slack:
+                _summarise(src, B, u * src.S + s, s, src.offs[s][cell], size)
             if size > best:
                 best = size
                 b = s
         B.term_base[u] = b
         group[b * W + (u >> 6)] |= (<uint64_t> 1) << (u & 63)
-    for s in range(src.S):
-        rowbits[s] = src.cover[s] + src.row_index[s][c] * U * W
     for w in range(W):
         B.skip[w] = 0
-    for u in range(U):
-        if (B.skip[u >> 6] >> (u & 63)) & 1:
-            continue  # what a covered term covers, the term covering it does too (same base)
-        b = B.term_base[u]
-        for w in range(u >> 6, W):
-            x = group[b * W + w]
-            for s in range(src.S):
-                x &= rowbits[s][u * W + w]
-            if w == (u >> 6):
-                x &= ~((((<uint64_t> 1) << (u & 63)) << 1) - 1)  # only later terms
-            B.skip[w] |= x
+    if src.cover[0] != NULL:
+        for s in range(src.S):
+            rowbits[s] = src.cover[s] + src.row_index[s][c] * U * W
+        for u in range(U):
+            if (B.skip[u >> 6] >> (u & 63)) & 1:
+                continue  # what a covered term covers, the term covering it does too (same base)
+            b = B.term_base[u]
+            for w in range(u >> 6, W):
+                x = group[b * W + w]
+                for s in range(src.S):
+                    x &= rowbits[s][u * W + w]
+                if w == (u >> 6):
+                    x &= ~((((<uint64_t> 1) << (u & 63)) << 1) - 1)  # only later terms
+                B.skip[w] |= x
+    if src.slack and _slack_skips(src, B, c) != 0:
+        return -1
+    return 0
+
+
+#: Margin, relative to the summed magnitudes of the times compared, by which a term must beat
+#: another to skip it (:func:`_slack_skips`): it exceeds the rounding of the kernel's sums of at
+#: most ``MAXS`` slots (under ``MAXS * 2**-53`` of those magnitudes) and of the slacks' own
+#: differences and sums many times over, so a skipped point is beaten in the kernel's arithmetic
+#: too, and never tied.
+cdef double _SLACK_MARGIN = 2.0 ** -44
+
+
+cdef inline double _slack(const double* m, const double* t, i64 pv, i64 nv, i64 pu, i64 nu,
+                          double allow) noexcept nogil:
+    """The least delay ``d`` such that every point of frontier ``pv .. pv+nv`` is weakly
+    dominated by a point of frontier ``pu .. pu+nu`` shifted ``d`` later (both memory ascending,
+    time descending; ``inf`` where the first has a point of less memory than any of the
+    second's); stops early with a value ``>= allow`` once it gets there."""
+    cdef i64 j = pu, end = pu + nu, q
+    cdef double worst = -INFINITY, d
+    if m[pu] > m[pv]:
+        return INFINITY
+    for q in range(pv, pv + nv):
+        while j + 1 < end and m[j + 1] <= m[q]:
+            j += 1
+        d = t[j] - t[q]  # the fastest point of the second within this point's memory
+        if d > worst:
+            worst = d
+            if worst >= allow:
+                return worst
+        elif d != d:
+            return INFINITY
+    return worst
+
+
+cdef inline void _summarise(Src* src, Buf* B, i64 k, int s, i64 lo, i64 n) noexcept nogil:
+    """Entry ``k`` (term x slot) of ``B.term_lo``, ``B.term_n`` and ``B.term_sum``: the cell of
+    slot ``s`` at points ``lo .. lo+n``."""
+    B.term_lo[k] = lo
+    B.term_n[k] = n
+    if n > 0:
+        B.term_sum[3 * k] = src.mem[s][lo]
+        B.term_sum[3 * k + 1] = src.tim[s][lo + n - 1]
+        B.term_sum[3 * k + 2] = fabs(src.tim[s][lo]) + fabs(src.tim[s][lo + n - 1])
+
+
+cdef int _slack_skips(Src* src, Buf* B, i64 c) noexcept nogil:
+    """Mark in ``B.skip`` (``B.term_*`` set by :func:`_cell_skips` for output cell ``c``) the
+    terms ``v`` that another term ``u`` of the same base slot strictly dominates: in each slot
+    ``s``, every point of ``v``'s cell is weakly dominated by a point of ``u``'s delayed by
+    ``d_s`` (:func:`_slack`), and the delays sum below ``-margin``. Each point of ``v`` is then
+    beaten in time, at no more memory, by a sum of ``u``'s points, so it is on no frontier and
+    ties none; where ``u`` is skipped too, what beats ``u``'s points beats ``v``'s (the delays
+    add up, and no term beats itself), so every skipped point is beaten by a point of a term the
+    kernel visits. ``u``'s fastest points bound each ``d_s`` from below, and ``v``'s least
+    memory must be within ``u``'s: most pairs fail there; the rest are walked slot by slot, the
+    base slot (the largest cells) last, only while the delays can still sum below
+    ``-margin``. Returns -1 when a buffer cannot be had."""
+    cdef i64 U = src.U, S = src.S, u, v, a, b, na, nb, r, i, n
+    cdef int s, k, base
+    cdef double lb, margin, acc, d, allow
+    cdef double bound[MAXS]
+    cdef double* keep[MAXS]
+    cdef char* exact[MAXS]
+    cdef const double* tv
+    cdef const double* tu
+    for s in range(S):  # the delays kept of each slot with row classes: the pairs of this cell's class
+        keep[s] = NULL
+        exact[s] = NULL
+        if src.delay_class[s] == NULL:
+            continue
+        if B.delay[s] == NULL:
+            n = src.delay_classes[s] * U * U
+            B.delay[s] = <double*> malloc(n * sizeof(double))
+            B.delay_exact[s] = <char*> malloc(n * sizeof(char))
+            if B.delay[s] == NULL or B.delay_exact[s] == NULL:
+                return -1
+            for i in range(n):
+                B.delay[s][i] = NAN
+        r = src.delay_class[s][c] * U * U
+        keep[s] = B.delay[s] + r
+        exact[s] = B.delay_exact[s] + r
+    for v in range(U):
+        if (B.skip[v >> 6] >> (v & 63)) & 1:
+            continue
+        base = B.term_base[v]
+        tv = B.term_sum + 3 * v * S
+        for s in range(S):
+            if B.term_n[v * S + s] <= 0:
+                break
+        else:
+            for u in range(U):
+                if u == v or B.term_base[u] != base:
+                    continue
+                tu = B.term_sum + 3 * u * S
+                i = v * U + u
+                lb = 0.0
+                margin = 0.0
+                for s in range(S):
+                    if B.term_n[u * S + s] <= 0 or tu[3 * s] > tv[3 * s]:
+                        lb = INFINITY
+                        break
+                    bound[s] = tu[3 * s + 1] - tv[3 * s + 1]  # the fastest points' delay
+                    if keep[s] != NULL and keep[s][i] == keep[s][i]:
+                        bound[s] = keep[s][i]  # the delay, or a bound of it, met before
+                    lb += bound[s]
+                    margin += tu[3 * s + 2] + tv[3 * s + 2]
+                margin *= _SLACK_MARGIN
+                if not lb < -margin:
+                    continue
+                acc = lb
+                for k in range(S):
+                    s = k + (k >= base) if k < S - 1 else base
+                    acc -= bound[s]  # this slot's bound, replaced by its delay
+                    a = B.term_lo[u * S + s]
+                    na = B.term_n[u * S + s]
+                    b = B.term_lo[v * S + s]
+                    nb = B.term_n[v * S + s]
+                    allow = -margin - acc
+                    if keep[s] != NULL and keep[s][i] == keep[s][i] and (exact[s][i] or keep[s][i] >= allow):
+                        d = keep[s][i]
+                    else:
+                        d = _slack(src.mem[s], src.tim[s], b, nb, a, na, allow)
+                        if keep[s] != NULL:
+                            keep[s][i] = d
+                            exact[s][i] = d < allow
+                    acc += d
+                    if not acc < -margin:
+                        break
+                if acc < -margin:
+                    B.skip[v >> 6] |= (<uint64_t> 1) << (v & 63)
+                    break
     return 0
 
 
 cdef inline bint _skipped(Src* src, Buf* B, i64 c, i64 t) noexcept nogil:
     """Whether ``_cell_skips`` marked term ``t`` of cell ``c``."""
     cdef i64 u = t - src.term_off[c]
-    return src.cover[0] != NULL and (B.skip[u >> 6] >> (u & 63)) & 1
+    return src.W > 0 and (B.skip[u >> 6] >> (u & 63)) & 1
 
 
 cdef void _filter_start(Src* src, Buf* B, i64 c) noexcept nogil:
@@ -935,7 +1095,7 @@ cdef int _process(Src* src, i64 c0, i64 c1, Buf* B, i64* counts, i64 stair_limit
         stair_state[2] = 0
         B.hint_lo = -1
         B.filter_on = False
-        if src.cover[0] != NULL and _cell_skips(src, B, c) != 0:
+        if src.W > 0 and _cell_skips(src, B, c) != 0:
             B.err = 1
             return -1
         if stair and src.filter_cells:
@@ -1156,6 +1316,12 @@ cdef class _Worker:
         self.buf.filter_on = False
         self.buf.skip = NULL
         self.buf.term_base = NULL
+        self.buf.term_lo = NULL
+        self.buf.term_n = NULL
+        self.buf.term_sum = NULL
+        for s in range(MAXS):
+            self.buf.delay[s] = NULL
+            self.buf.delay_exact[s] = NULL
 
     def __dealloc__(self):
         free(self.buf.lists)
@@ -1170,6 +1336,12 @@ cdef class _Worker:
         free(self.buf.below)
         free(self.buf.skip)
         free(self.buf.term_base)
+        free(self.buf.term_lo)
+        free(self.buf.term_n)
+        free(self.buf.term_sum)
+        for s in range(MAXS):
+            free(self.buf.delay[s])
+            free(self.buf.delay_exact[s])
 
     def run(self):
         cdef i64* cnt = <i64*> cnp.PyArray_DATA(self.counts)
@@ -1273,6 +1445,32 @@ cdef int _point_at_covers(Src* src, object covers) except -1:
     return 0
 
 
+cdef int _point_at_slack(Src* src, object slack) except -1:
+    """Point ``src`` at ``slack`` (see :func:`combine_kernel`), checked as the kernel reads it."""
+    cdef int s
+    cdef cnp.ndarray arr
+    src.slack = slack is not None
+    for s in range(MAXS):
+        src.delay_class[s] = NULL
+        src.delay_classes[s] = 0
+    if slack is None:
+        return 0
+    if src.outer_row == NULL or src.U > MAX_COVER_TERMS or len(slack) != src.S:
+        raise ValueError(f"combine kernel: slack needs outer terms, at most {MAX_COVER_TERMS} per cell, and an "
+                         "entry per slot")
+    src.W = (src.U + 63) // 64
+    for s in range(src.S):
+        if slack[s] is None:
+            continue
+        arr = slack[s]
+        _require_c(arr, np.int64, "delay classes")
+        if arr.ndim != 1 or arr.shape[0] != src.n_rows or (src.n_rows and arr.min() < 0):
+            raise ValueError(f"combine kernel: the delay classes of slot {s} must be {src.n_rows} non-negative ints")
+        src.delay_class[s] = <const i64*> cnp.PyArray_DATA(arr)
+        src.delay_classes[s] = arr.max() + 1 if src.n_rows else 0
+    return 0
+
+
 def _run_workers(list workers, object executor):
     """Run every worker (on ``executor`` when there are several); every one finishes before
     anything is raised: they read the inputs and count into the call's ``used``, which the
@@ -1290,7 +1488,8 @@ def _run_workers(list workers, object executor):
 
 def combine_kernel(list offs, list mems, list tims, cnp.ndarray term_off, object term_cells,
                    double eps, object chunk_bounds, object executor=None, i64 stair_limit=STAIR_LIMIT,
-                   object outer=None, i64 max_bytes=-1, bint prov32=False, object covers=None):
+                   object outer=None, i64 max_bytes=-1, bint prov32=False, object covers=None,
+                   object slack=None):
     """Run the combine kernel (no validation: call it through ``kernels.combine_ragged``).
 
     Parameters
@@ -1325,6 +1524,13 @@ def combine_kernel(list offs, list mems, list tims, cnp.ndarray term_off, object
         With ``outer``: per slot, :func:`cover_bitsets` of its distinct row values and the
         index of each output cell's row among them (int64, n_out); the terms they prove
         covered are skipped (``U <= 512``). The result is the same without them.
+    slack : None or list
+        With ``outer`` (``U <= 512``): skip the terms another term of the same base slot
+        strictly dominates (``_slack_skips``: per slot, every point of the cell weakly dominated
+        by a point of the other's delayed by some time, the delays summing below zero by a
+        margin). Per slot, None or the class of each output cell's row (int64, n_out): the
+        delays between the terms' cells are kept per class (``classes * U * U`` doubles per
+        worker), so that each pair is walked once. The result is the same without it.
 
     Returns
     -------
@@ -1377,6 +1583,7 @@ def combine_kernel(list offs, list mems, list tims, cnp.ndarray term_off, object
         if outer is None:
             raise ValueError("combine kernel: covers need outer terms")
         _point_at_covers(&src, covers)
+    _point_at_slack(&src, slack)
     used = np.zeros(1, dtype=np.int64)
     cdef i64* used_p = <i64*> cnp.PyArray_DATA(used)
     workers = []
@@ -1429,16 +1636,22 @@ def combine_kernel(list offs, list mems, list tims, cnp.ndarray term_off, object
     return offsets, out_m, out_t, out_p
 
 
-def outer_skip_mask(list offs, cnp.ndarray row, cnp.ndarray col, object covers):
-    """``(n_out, U)`` bool: the terms :func:`combine_kernel` skips given ``covers`` (as
-    ``_cell_skips`` marks them; for tests against the reference)."""
+def outer_skip_mask(list offs, list mems, list tims, cnp.ndarray row, cnp.ndarray col, object covers,
+                    object slack=None):
+    """``(n_out, U)`` bool: the terms :func:`combine_kernel` skips given ``covers`` (None: no
+    bitsets) and ``slack`` (as ``_cell_skips`` marks them; for tests against the reference)."""
     cdef Src src
     cdef _Worker wk = _Worker()
     cdef int S = len(offs), s
     cdef i64 c, u, n_out = row.shape[1], U = col.shape[1]
     for s in range(S):
         _require_c(offs[s], np.int64, "offsets")
+        _require_c(mems[s], np.float64, "memory")
+        _require_c(tims[s], np.float64, "time")
         src.offs[s] = <const i64*> cnp.PyArray_DATA(offs[s])
+        src.mem[s] = <const double*> cnp.PyArray_DATA(mems[s])
+        src.tim[s] = <const double*> cnp.PyArray_DATA(tims[s])
+        src.cover[s] = NULL
     _require_c(row, np.int64, "outer terms")
     _require_c(col, np.int64, "outer terms")
     src.S = S
@@ -1446,8 +1659,13 @@ def outer_skip_mask(list offs, cnp.ndarray row, cnp.ndarray col, object covers):
     src.outer_col = <const i64*> cnp.PyArray_DATA(col)
     src.n_rows = n_out
     src.U = U
-    _point_at_covers(&src, covers)
+    src.W = 0
+    if covers is not None:
+        _point_at_covers(&src, covers)
+    _point_at_slack(&src, slack)
     out = np.zeros((n_out, U), dtype=bool)
+    if src.W == 0:
+        return out
     for c in range(n_out):
         if _cell_skips(&src, &wk.buf, c) != 0:
             raise MemoryError("outer_skip_mask: out of memory")

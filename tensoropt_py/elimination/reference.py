@@ -8,7 +8,8 @@ provenance and tie-breaking included:
 * :func:`reduce_ragged_reference` <-> :func:`tensoropt_py.elimination.kernels.reduce_ragged`;
 * :func:`thin_reference` <-> the epsilon thinning inside the kernel;
 * :func:`outer_skip_reference` <-> :func:`tensoropt_py.elimination.kernels.outer_skip_mask`
-  (the outer terms the kernel skips as covered).
+  (the outer terms the kernel skips as covered, and with ``dominated=True`` as strictly
+  dominated).
 
 Tie-breaking rule shared by both: candidate points are enumerated term by term; inside a
 term, the largest parent cell (first one on ties) is the *base* and the other slots are
@@ -174,13 +175,18 @@ def reduce_ragged_reference(offsets, memory, time):
     return out_off, memory[idx], time[idx], idx
 
 
-def outer_skip_reference(tables, row, col):
+def outer_skip_reference(tables, row, col, dominated=False):
     """Reference of the outer terms the combine kernel skips: ``(n_out, U)`` bool.
 
     Term ``v`` of output cell ``c`` (cells ``row[s, c] + col[s, v]``) is skipped when a term
     ``u < v`` of the same cell has the same base slot (the largest cell, first on ties) and,
     in every slot, a cell covering ``v``'s: every point of ``v``'s cell weakly dominated by a
     point of ``u``'s (an empty cell is covered by any; an empty cell covers only an empty one).
+    With ``dominated``, also when any other term ``u`` of the same base slot, no cell of either
+    empty, strictly dominates it: the delays of each slot (the most, over the points of ``v``'s
+    cell, that the fastest point of ``u``'s cell within its memory is slower; infinite where
+    none is within it) sum below ``-2**-44`` times the sum, over both terms' cells, of the
+    magnitudes of their first and last points' times.
 
     Examples
     --------
@@ -189,6 +195,8 @@ def outer_skip_reference(tables, row, col):
     [[False, False]]
     >>> outer_skip_reference([t], [[0]], [[0, 1]]).tolist()
     [[False, True]]
+    >>> outer_skip_reference([t], [[0]], [[1, 0]], dominated=True).tolist()  # term 0 is 1 s slower
+    [[True, False]]
     """
     S = len(tables)
     offs = [np.asarray(t[0], dtype=np.int64) for t in tables]
@@ -205,6 +213,16 @@ def outer_skip_reference(tables, row, col):
         pa = points(s, a)
         return all(any(m <= qm and t <= qt for m, t in pa) for qm, qt in points(s, b))
 
+    def delay(s, a, b):  # of cell b behind cell a
+        pa = points(s, a)
+        return max(min((t for m, t in pa if m <= qm), default=np.inf) - qt for qm, qt in points(s, b))
+
+    def beats(cu, cv):
+        if any(not points(s, cu[s]) or not points(s, cv[s]) for s in range(S)):
+            return False
+        margin = sum(abs(p[i][1]) for s in range(S) for p in (points(s, cu[s]), points(s, cv[s])) for i in (0, -1))
+        return sum(delay(s, cu[s], cv[s]) for s in range(S)) < -(2.0**-44) * margin
+
     out = np.zeros((n_out, U), dtype=bool)
     for c in range(n_out):
         cells = [[int(row[s, c] + col[s, u]) for s in range(S)] for u in range(U)]
@@ -212,4 +230,6 @@ def outer_skip_reference(tables, row, col):
         for v in range(U):
             out[c, v] = any(base[u] == base[v] and all(covers(s, cells[u][s], cells[v][s]) for s in range(S))
                             for u in range(v))
+            if dominated and not out[c, v]:
+                out[c, v] = any(u != v and base[u] == base[v] and beats(cells[u], cells[v]) for u in range(U))
     return out
