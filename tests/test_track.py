@@ -657,3 +657,29 @@ def test_memory_limit_collects_before_it_gives_up():
     np.testing.assert_array_equal(fr.memory, ref.memory)
     np.testing.assert_array_equal(fr.time, ref.time)
     np.testing.assert_array_equal(fr.choices, ref.choices)
+
+
+def test_skipping_dominated_terms_leaves_a_zoo_frontier_as_it_was(monkeypatch):
+    """A two-layer Transformer on 8 devices, tracked on 2 threads with the kernel looking for
+    terms another strictly dominates in every node elimination it can (and in none): the same
+    frontier and strategies, bit for bit."""
+    import tensoropt_py as to
+    import tensoropt_py.elimination.table as table
+    from tensoropt_py.cost.builder import build_cost_graph
+    from tensoropt_py.graph import zoo
+
+    cg = build_cost_graph(zoo.transformer(layers=2), to.Cluster.preset("v100-2x8"), 8).cost_graph
+    run_kernel = table.run_kernel
+    fronts, looked = {}, []
+    for mode in ("always", "never"):
+        def forced(*args, mode=mode, **kw):
+            outer = kw.get("outer")
+            looked.append(mode == "always" and outer is not None and outer[1].shape[1] >= 2)
+            return run_kernel(*args, **{**kw, "skip_dominated": mode})
+
+        monkeypatch.setattr(table, "run_kernel", forced)
+        fronts[mode] = track(cg, threads=2)
+    assert sum(looked) >= 10
+    a, b = fronts["always"], fronts["never"]
+    for name in ("memory", "time", "choices", "edge_choices"):
+        assert np.array_equal(getattr(a, name), getattr(b, name)), name
