@@ -327,7 +327,7 @@ def run_kernel(offs, mems, tims, term_off, term_cells, eps, threads, stair_limit
             return _kernels.sweep_kernel(offs, mems, tims, *outer, multi, cells, group_off, eps, group_bounds,
                                          _executor(threads),
                                          -1 if max_bytes is None else max(int(max_bytes), 0), bool(prov32))
-    work = max(float(o[-1]) / max(o.shape[0] - 1, 1) for o in offs)
+    work = max(_mean_points(o) for o in offs)
     dominated = outer is not None and _skip_dominated(offs, outer, skip_dominated)
     # with the delays kept, a worker walks each pair of terms once: one chunk per thread
     bounds = _chunk_bounds(term_off, term_off.shape[0] - 1, threads, work, per_thread=1 if dominated else 4)
@@ -343,6 +343,11 @@ def run_kernel(offs, mems, tims, term_off, term_cells, eps, threads, stair_limit
                                    slack)
 
 
+def _mean_points(offsets):
+    """Mean points per cell of a table with CSR ``offsets`` (0 for a table of no cells)."""
+    return float(offsets[-1]) / max(offsets.shape[0] - 1, 1)
+
+
 #: Candidate points per term (the product of the slots' mean cell sizes) per comparison it takes
 #: (one per other term and slot) from which looking for terms another one strictly dominates
 #: pays (``skip_dominated="auto"``): a comparison costs about as much as a few candidate points
@@ -356,7 +361,7 @@ def _skip_dominated(offs, outer, mode):
     U = col.shape[1]
     if mode == "never" or not 2 <= U <= _MAX_COVER_TERMS or row.shape[1] == 0:
         return False
-    points = float(np.prod([float(o[-1]) / max(o.shape[0] - 1, 1) for o in offs]))
+    points = float(np.prod([_mean_points(o) for o in offs]))
     return mode == "always" or points >= _DOMINATED_POINTS_PER_CHECK * U * len(offs)
 
 
@@ -373,8 +378,8 @@ def _delay_classes(offs, row, U, workers, max_bytes):
     limit = _DELAY_MAX_BYTES if max_bytes is None else min(_DELAY_MAX_BYTES, max_bytes / 4)
     room = limit / max(workers, 1)
     slack = [None] * len(offs)
-    for s in sorted(range(len(offs)), key=lambda s: -float(offs[s][-1]) / max(offs[s].shape[0] - 1, 1)):
-        if float(offs[s][-1]) <= offs[s].shape[0] - 1:
+    for s in sorted(range(len(offs)), key=lambda s: -_mean_points(offs[s])):
+        if _mean_points(offs[s]) <= 1.0:
             break  # cells of one point: walked at once
         values, inverse = np.unique(row[s], return_inverse=True)
         need = values.size * U * U * 9.0
@@ -458,7 +463,7 @@ def _cover_tables(offs, mems, tims, row, col, threads, always=False, max_bytes=N
     uniques = [np.unique(row[s], return_inverse=True) for s in range(S)]
     rows = sum(values.size for values, _ in uniques)
     if not always:
-        points = float(np.prod([float(o[-1]) / max(o.shape[0] - 1, 1) for o in offs]))
+        points = float(np.prod([_mean_points(o) for o in offs]))
         limit = _COVER_MAX_BYTES if max_bytes is None else min(_COVER_MAX_BYTES, max_bytes / 4)
         checks, saved = rows * float(U) * U, _COVER_CHECKS_PER_POINT * n_out * U * points
         if checks > saved or rows * U * ((U + 63) // 64) * 8 > limit:
