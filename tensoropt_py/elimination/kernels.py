@@ -279,7 +279,7 @@ def outer_skip_mask(tables, row, col, threads=1, validate=True, dominated=False)
     if row.shape[1] == 0 or col.shape[1] == 0:
         return np.zeros((row.shape[1], col.shape[1]), dtype=bool)
     covers = _cover_tables(offs, mems, tims, row, col, resolve_threads(threads), always=True)
-    slack = _delay_classes(offs, row, col.shape[1], 1, None) if dominated else None
+    slack = _delay_classes(offs, row, col.shape[1], 1, None)[0] if dominated else None
     return _kernels.outer_skip_mask(offs, mems, tims, row, col, covers, slack)
 
 
@@ -337,7 +337,9 @@ def run_kernel(offs, mems, tims, term_off, term_cells, eps, threads, stair_limit
                                memo=cover_memo, table_keys=table_keys)
     slack = None
     if dominated:
-        slack = _delay_classes(offs, outer[0], outer[1].shape[1], len(bounds) - 1, max_bytes)
+        slack, kept = _delay_classes(offs, outer[0], outer[1].shape[1], len(bounds) - 1, max_bytes)
+        if max_bytes is not None:
+            max_bytes -= kept  # the workers' buffers get what the delays they keep leave
     return _kernels.combine_kernel(offs, mems, tims, term_off, term_cells, eps, bounds, _executor(threads), stair_limit,
                                    outer, -1 if max_bytes is None else max(int(max_bytes), 0), bool(prov32), covers,
                                    slack)
@@ -366,18 +368,20 @@ def _skip_dominated(offs, outer, mode):
 
 
 #: Most bytes the delays kept by the kernel's workers may take together in one call
-#: (:func:`_delay_classes`; a quarter of a call's ``max_bytes`` where less).
+#: (:func:`_delay_classes`; a quarter of a call's ``max_bytes`` where less, which its buffers
+#: then do not get).
 _DELAY_MAX_BYTES = 2**26
 
 
 def _delay_classes(offs, row, U, workers, max_bytes):
-    """The kernel's ``slack``: per slot, each output cell's row class (its rank among the slot's
-    distinct rows), for the slots whose delays between the terms' cells are kept (``classes * U
-    * U`` doubles and flags per worker), None for the others: the slots of most points per
-    cell first, while they fit ``_DELAY_MAX_BYTES`` shared by the ``workers``."""
+    """The kernel's ``slack`` and the bytes its workers keep for it: per slot, each output
+    cell's row class (its rank among the slot's distinct rows), for the slots whose delays
+    between the terms' cells are kept (``classes * U * U`` doubles and flags per worker), None
+    for the others: the slots of most points per cell first, while the ``workers`` together
+    keep at most ``_DELAY_MAX_BYTES``."""
     limit = _DELAY_MAX_BYTES if max_bytes is None else min(_DELAY_MAX_BYTES, max_bytes / 4)
     room = limit / max(workers, 1)
-    slack = [None] * len(offs)
+    slack, kept = [None] * len(offs), 0.0
     for s in sorted(range(len(offs)), key=lambda s: -_mean_points(offs[s])):
         if _mean_points(offs[s]) <= 1.0:
             break  # cells of one point: walked at once
@@ -386,7 +390,8 @@ def _delay_classes(offs, row, U, workers, max_bytes):
         if need <= room:
             slack[s] = np.ascontiguousarray(inverse.reshape(-1), dtype=np.int64)
             room -= need
-    return slack
+            kept += need * max(workers, 1)
+    return slack, int(kept)
 
 
 #: Least mean cells per group for which the sweep pays (``sweep="auto"``): one pass over a
