@@ -395,7 +395,7 @@ def test_terms_another_strictly_dominates_are_the_references_and_skipping_them_c
     """The terms the kernel skips as strictly dominated, with the delays of each slot kept per
     row class or walked for every cell, are the reference's; skipping them changes nothing,
     provenance included."""
-    from tensoropt_py.elimination.kernels import _delay_classes
+    from tensoropt_py.elimination.kernels import _delay_classes, _row_classes
 
     rng = np.random.default_rng(seed)
     tables, row, col = shifted_job(rng, integer) if rng.random() < 0.6 else outer_job(rng, integer, False)
@@ -404,7 +404,7 @@ def test_terms_another_strictly_dominates_are_the_references_and_skipping_them_c
     assert np.array_equal(outer_skip_mask(tables, row, col, dominated=True), exp_mask)
     offs, mems, tims = ([np.ascontiguousarray(t[i], dtype=float if i else np.int64) for t in tables] for i in range(3))
     covered = outer_skip_reference(tables, row, col)
-    for slack in ([None] * S, _delay_classes(offs, row, U, 1, None)[0]):  # without cover bitsets
+    for slack in ([None] * S, _delay_classes(offs, _row_classes(row), U, 1, None)[0]):  # without cover bitsets
         got = _kernels.outer_skip_mask(offs, mems, tims, row, col, None, slack)
         assert np.array_equal(got | covered, exp_mask)
     cells = (row.T[:, None, :] + col.T[None, :, :]).reshape(n_out * U, S)
@@ -420,7 +420,7 @@ def test_the_delays_kept_fit_their_bytes_and_leave_the_rest_to_the_buffers():
     """Per worker, a slot's delays take classes x U x U doubles and flags: the slots of most
     points per cell are kept first while all workers' fit a quarter of ``max_bytes``, and the
     bytes they take are reported (the kernel's buffers get the rest); one-point slots never."""
-    from tensoropt_py.elimination.kernels import _delay_classes
+    from tensoropt_py.elimination.kernels import _delay_classes, _row_classes
 
     big = np.arange(0, 4 * 10 + 1, 4, dtype=np.int64)  # 10 cells of 4 points
     mid = np.arange(0, 2 * 20 + 1, 2, dtype=np.int64)  # 20 cells of 2 points
@@ -429,15 +429,15 @@ def test_the_delays_kept_fit_their_bytes_and_leave_the_rest_to_the_buffers():
     U = 5
     per_class = U * U * 9
     for workers, max_bytes in ((1, None), (2, 8 * 4 * per_class), (1, 4 * 3 * per_class), (1, 4 * per_class)):
-        slack, kept = _delay_classes([mid, big, one], row, U, workers, max_bytes)
+        slack, kept = _delay_classes([mid, big, one], _row_classes(row), U, workers, max_bytes)
         assert slack[2] is None
         assert kept <= (2**26 if max_bytes is None else max_bytes / 4)
         assert kept == workers * per_class * sum(2 for s in (0, 1) if slack[s] is not None)
         if slack[0] is not None:
             assert slack[1] is not None  # the slot of more points per cell comes first
             assert slack[0].tolist() == [0, 0, 1, 1]
-    assert _delay_classes([mid, big, one], row, U, 1, 4 * per_class) == ([None, None, None], 0)
-    assert [x is not None for x in _delay_classes([mid, big, one], row, U, 1, 4 * 3 * per_class)[0]] == [
+    assert _delay_classes([mid, big, one], _row_classes(row), U, 1, 4 * per_class) == ([None, None, None], 0)
+    assert [x is not None for x in _delay_classes([mid, big, one], _row_classes(row), U, 1, 4 * 3 * per_class)[0]] == [
         False, True, False]
 
 

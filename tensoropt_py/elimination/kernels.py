@@ -278,8 +278,9 @@ def outer_skip_mask(tables, row, col, threads=1, validate=True, dominated=False)
         raise InvalidInputError(f"outer_skip_mask takes at most {_MAX_COVER_TERMS} terms per cell, got {col.shape[1]}")
     if row.shape[1] == 0 or col.shape[1] == 0:
         return np.zeros((row.shape[1], col.shape[1]), dtype=bool)
-    covers = _cover_tables(offs, mems, tims, row, col, resolve_threads(threads), always=True)
-    slack = _delay_classes(offs, row, col.shape[1], 1, None)[0] if dominated else None
+    classes = _row_classes(row)
+    covers = _cover_tables(offs, mems, tims, classes, col, resolve_threads(threads), always=True)
+    slack = _delay_classes(offs, classes, col.shape[1], 1, None)[0] if dominated else None
     return _kernels.outer_skip_mask(offs, mems, tims, row, col, covers, slack)
 
 
@@ -331,13 +332,16 @@ def run_kernel(offs, mems, tims, term_off, term_cells, eps, threads, stair_limit
     dominated = outer is not None and _skip_dominated(offs, outer, skip_dominated)
     # with the delays kept, a worker walks each pair of terms once: one chunk per thread
     bounds = _chunk_bounds(term_off, term_off.shape[0] - 1, threads, work, per_thread=1 if dominated else 4)
+    covered = (outer is not None and skip_covered != "never" and 2 <= outer[1].shape[1] <= _MAX_COVER_TERMS
+               and outer[0].shape[1] > 0)
+    classes = _row_classes(outer[0]) if covered or dominated else None
     covers = None
-    if outer is not None and skip_covered != "never" and 2 <= outer[1].shape[1] <= _MAX_COVER_TERMS and outer[0].shape[1]:
-        covers = _cover_tables(offs, mems, tims, *outer, threads, always=skip_covered == "always", max_bytes=max_bytes,
-                               memo=cover_memo, table_keys=table_keys)
+    if covered:
+        covers = _cover_tables(offs, mems, tims, classes, outer[1], threads, always=skip_covered == "always",
+                               max_bytes=max_bytes, memo=cover_memo, table_keys=table_keys)
     slack = None
     if dominated:
-        slack, kept = _delay_classes(offs, outer[0], outer[1].shape[1], len(bounds) - 1, max_bytes)
+        slack, kept = _delay_classes(offs, classes, outer[1].shape[1], len(bounds) - 1, max_bytes)
         if max_bytes is not None:
             max_bytes -= kept  # the workers' buffers get what the delays they keep leave
     return _kernels.combine_kernel(offs, mems, tims, term_off, term_cells, eps, bounds, _executor(threads), stair_limit,
@@ -373,22 +377,34 @@ def _skip_dominated(offs, outer, mode):
 _DELAY_MAX_BYTES = 2**26
 
 
-def _delay_classes(offs, row, U, workers, max_bytes):
+def _row_classes(row):
+    """Per slot of outer terms' ``row`` (S, n_out): its distinct rows and each output cell's
+    rank among them (its row class), both contiguous int64: the cover bitsets are computed per
+    class (:func:`_cover_tables`), and the kernel keeps delays per class (:func:`_delay_classes`)."""
+    classes = []
+    for r in row:
+        values, inverse = np.unique(r, return_inverse=True)
+        classes.append((np.ascontiguousarray(values, dtype=np.int64),
+                        np.ascontiguousarray(inverse.reshape(-1), dtype=np.int64)))
+    return classes
+
+
+def _delay_classes(offs, classes, U, workers, max_bytes):
     """The kernel's ``slack`` and the bytes its workers keep for it: per slot, each output
-    cell's row class (its rank among the slot's distinct rows), for the slots whose delays
-    between the terms' cells are kept (``classes * U * U`` doubles and flags per worker), None
-    for the others: the slots of most points per cell first, while the ``workers`` together
-    keep at most ``_DELAY_MAX_BYTES``."""
+    cell's row class (``classes``: :func:`_row_classes`), for the slots whose delays between
+    the terms' cells are kept (``classes * U * U`` doubles and flags per worker), None for the
+    others: the slots of most points per cell first, while the ``workers`` together keep at
+    most ``_DELAY_MAX_BYTES``."""
     limit = _DELAY_MAX_BYTES if max_bytes is None else min(_DELAY_MAX_BYTES, max_bytes / 4)
     room = limit / max(workers, 1)
     slack, kept = [None] * len(offs), 0.0
     for s in sorted(range(len(offs)), key=lambda s: -_mean_points(offs[s])):
         if _mean_points(offs[s]) <= 1.0:
             break  # cells of one point: walked at once
-        values, inverse = np.unique(row[s], return_inverse=True)
+        values, inverse = classes[s]
         need = values.size * U * U * 9.0
         if need <= room:
-            slack[s] = np.ascontiguousarray(inverse.reshape(-1), dtype=np.int64)
+            slack[s] = inverse
             room -= need
             kept += need * max(workers, 1)
     return slack, int(kept)
@@ -454,19 +470,19 @@ _MAX_COVER_TERMS = int(_kernels.MAX_COVER_TERMS)  # the kernel's per-cell bitset
 _COVER_MAX_BYTES = 2**28  # most bytes of cover bitsets (a quarter of a call's max_bytes where less)
 
 
-def _cover_tables(offs, mems, tims, row, col, threads, always=False, max_bytes=None, memo=None, table_keys=None):
-    """The kernel's ``covers``: per slot, the cover bitsets of its distinct row values (the
-    rows split among ``threads`` threads) and each output cell's index among them. None
+def _cover_tables(offs, mems, tims, classes, col, threads, always=False, max_bytes=None, memo=None, table_keys=None):
+    """The kernel's ``covers``: per slot, the cover bitsets of its distinct row values
+    (``classes``: :func:`_row_classes`; the rows split among ``threads`` threads) and each
+    output cell's index among them. None
     (unless ``always``) where comparing every pair of terms' cells, per slot and distinct row,
     would cost more than the terms' candidate points (each slot's mean cell size, multiplied)
     could save, or where the bitsets would take more than their bytes' share. With ``memo``
     and ``table_keys`` (see :func:`run_kernel`), a slot's bitsets are looked up by its table's
     key, row values and columns first, and kept there once computed: a repeated layer's table
     joined with each new frontier of the model so far has the same ones every time."""
-    S, n_out = row.shape
+    S, n_out = len(classes), classes[0][1].shape[0]
     U = col.shape[1]
-    uniques = [np.unique(row[s], return_inverse=True) for s in range(S)]
-    rows = sum(values.size for values, _ in uniques)
+    rows = sum(values.size for values, _ in classes)
     if not always:
         points = float(np.prod([_mean_points(o) for o in offs]))
         limit = _COVER_MAX_BYTES if max_bytes is None else min(_COVER_MAX_BYTES, max_bytes / 4)
@@ -477,8 +493,7 @@ def _cover_tables(offs, mems, tims, row, col, threads, always=False, max_bytes=N
     keys = [None] * S
     bitsets = [None] * S
     jobs = []  # (slot, row values): each slot's rows split into one piece per thread
-    for s, (values, _) in enumerate(uniques):
-        values = np.ascontiguousarray(values, dtype=np.int64)
+    for s, (values, _) in enumerate(classes):
         if memo is not None and table_keys is not None:
             keys[s] = ("cover bitsets", table_keys[s](), values.tobytes(), cols[s].tobytes())
             hit = memo.recall(keys[s])
@@ -497,7 +512,7 @@ def _cover_tables(offs, mems, tims, row, col, threads, always=False, max_bytes=N
         bitsets[slot] = np.concatenate([p for (s, _), p in zip(jobs, pieces) if s == slot])
         if keys[slot] is not None:
             memo.remember(keys[slot], (bitsets[slot],))
-    return bitsets, [np.ascontiguousarray(inverse.reshape(-1), dtype=np.int64) for _, inverse in uniques]
+    return bitsets, [inverse for _, inverse in classes]
 
 
 def _parse_tables(tables, validate, who):
