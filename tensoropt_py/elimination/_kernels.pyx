@@ -918,6 +918,49 @@ cdef inline void _summarise(Src* src, Buf* B, i64 k, int s, i64 lo, i64 n) noexc
         B.term_sum[3 * k + 2] = fabs(src.tim[s][lo]) + fabs(src.tim[s][lo + n - 1])
 
 
+cdef inline bint _beats(Src* src, Buf* B, i64 v, i64 u, double** keep, char** exact) noexcept nogil:
+    """Whether term ``u`` strictly dominates term ``v`` of the current cell (see
+    :func:`_slack_skips`; ``keep`` and ``exact``: per slot, the delays kept for the cell's row
+    class, or NULL), walking the cells only while the delays can still sum below the margin."""
+    cdef i64 U = src.U, S = src.S, i = v * U + u, a, b, na, nb
+    cdef int s, k, base = B.term_base[v]
+    cdef double lb = 0.0, margin = 0.0, acc, d, allow
+    cdef double bound[MAXS]
+    cdef const double* tv = B.term_sum + 3 * v * S
+    cdef const double* tu = B.term_sum + 3 * u * S
+    for s in range(S):
+        if B.term_n[u * S + s] <= 0 or tu[3 * s] > tv[3 * s]:
+            return False
+        bound[s] = tu[3 * s + 1] - tv[3 * s + 1]  # the fastest points' delay
+        if keep[s] != NULL and keep[s][i] == keep[s][i]:
+            bound[s] = keep[s][i]  # the delay, or a bound of it, met before
+        lb += bound[s]
+        margin += tu[3 * s + 2] + tv[3 * s + 2]
+    margin *= _SLACK_MARGIN
+    if not lb < -margin:
+        return False
+    acc = lb
+    for k in range(S):
+        s = k + (k >= base) if k < S - 1 else base  # the base slot, of the largest cells, last
+        acc -= bound[s]  # this slot's bound, replaced by its delay
+        allow = -margin - acc
+        if keep[s] != NULL and keep[s][i] == keep[s][i] and (exact[s][i] or keep[s][i] >= allow):
+            d = keep[s][i]
+        else:
+            a = B.term_lo[u * S + s]
+            na = B.term_n[u * S + s]
+            b = B.term_lo[v * S + s]
+            nb = B.term_n[v * S + s]
+            d = _slack(src.mem[s], src.tim[s], b, nb, a, na, allow)
+            if keep[s] != NULL:
+                keep[s][i] = d
+                exact[s][i] = d < allow
+        acc += d
+        if not acc < -margin:
+            return False
+    return True
+
+
 cdef int _slack_skips(Src* src, Buf* B, i64 c) noexcept nogil:
     """Mark in ``B.skip`` (``B.term_*`` set by :func:`_cell_skips` for output cell ``c``) the
     terms ``v`` that another term ``u`` of the same base slot strictly dominates: in each slot
@@ -930,14 +973,10 @@ cdef int _slack_skips(Src* src, Buf* B, i64 c) noexcept nogil:
     memory must be within ``u``'s: most pairs fail there; the rest are walked slot by slot, the
     base slot (the largest cells) last, only while the delays can still sum below
     ``-margin``. Returns -1 when a buffer cannot be had."""
-    cdef i64 U = src.U, S = src.S, u, v, a, b, na, nb, r, i, n
-    cdef int s, k, base
-    cdef double lb, margin, acc, d, allow
-    cdef double bound[MAXS]
+    cdef i64 U = src.U, S = src.S, u, v, r, i, n
+    cdef int s
     cdef double* keep[MAXS]
     cdef char* exact[MAXS]
-    cdef const double* tv
-    cdef const double* tu
     for s in range(S):  # the delays kept of each slot with row classes: the pairs of this cell's class
         keep[s] = NULL
         exact[s] = NULL
@@ -957,51 +996,12 @@ cdef int _slack_skips(Src* src, Buf* B, i64 c) noexcept nogil:
     for v in range(U):
         if (B.skip[v >> 6] >> (v & 63)) & 1:
             continue
-        base = B.term_base[v]
-        tv = B.term_sum + 3 * v * S
         for s in range(S):
             if B.term_n[v * S + s] <= 0:
-                break
+                break  # an empty term adds nothing: the kernel passes it at once
         else:
             for u in range(U):
-                if u == v or B.term_base[u] != base:
-                    continue
-                tu = B.term_sum + 3 * u * S
-                i = v * U + u
-                lb = 0.0
-                margin = 0.0
-                for s in range(S):
-                    if B.term_n[u * S + s] <= 0 or tu[3 * s] > tv[3 * s]:
-                        lb = INFINITY
-                        break
-                    bound[s] = tu[3 * s + 1] - tv[3 * s + 1]  # the fastest points' delay
-                    if keep[s] != NULL and keep[s][i] == keep[s][i]:
-                        bound[s] = keep[s][i]  # the delay, or a bound of it, met before
-                    lb += bound[s]
-                    margin += tu[3 * s + 2] + tv[3 * s + 2]
-                margin *= _SLACK_MARGIN
-                if not lb < -margin:
-                    continue
-                acc = lb
-                for k in range(S):
-                    s = k + (k >= base) if k < S - 1 else base
-                    acc -= bound[s]  # this slot's bound, replaced by its delay
-                    a = B.term_lo[u * S + s]
-                    na = B.term_n[u * S + s]
-                    b = B.term_lo[v * S + s]
-                    nb = B.term_n[v * S + s]
-                    allow = -margin - acc
-                    if keep[s] != NULL and keep[s][i] == keep[s][i] and (exact[s][i] or keep[s][i] >= allow):
-                        d = keep[s][i]
-                    else:
-                        d = _slack(src.mem[s], src.tim[s], b, nb, a, na, allow)
-                        if keep[s] != NULL:
-                            keep[s][i] = d
-                            exact[s][i] = d < allow
-                    acc += d
-                    if not acc < -margin:
-                        break
-                if acc < -margin:
+                if u != v and B.term_base[u] == B.term_base[v] and _beats(src, B, v, u, keep, exact):
                     B.skip[v >> 6] |= (<uint64_t> 1) << (v & 63)
                     break
     return 0
