@@ -356,15 +356,14 @@ def same(a, b):
     return bool(np.array_equal(a.memory, b.memory) and np.array_equal(a.time, b.time)
                 and np.array_equal(a.choices, b.choices))
 runs, fronts = {{}}, {{}}
-for mode in ("never", "auto", "never", "auto"):
-    tab_mod.run_kernel = never if mode == "never" else run_kernel
-    t0 = time.perf_counter(); fr = track(cg, threads={threads}); runs.setdefault(mode, []).append(time.perf_counter() - t0)
-    fronts.setdefault(mode, fr)
-for mode in ("never", "auto", "never", "auto"):
-    tab_mod.run_kernel = never if mode == "never" else run_kernel
-    t0 = time.perf_counter(); fr = track(cg, threads=1, epsilon=1e-3, anchors=False)
-    runs.setdefault("one_" + mode, []).append(time.perf_counter() - t0)
-    fronts.setdefault("one_" + mode, fr)
+def alternated(prefix, **settings):
+    for mode in ("never", "auto", "never", "auto"):
+        tab_mod.run_kernel = never if mode == "never" else run_kernel
+        t0 = time.perf_counter(); fr = track(cg, **settings)
+        runs.setdefault(prefix + mode, []).append(time.perf_counter() - t0)
+        fronts.setdefault(prefix + mode, fr)
+alternated("", threads={threads})
+alternated("one_", threads=1, epsilon=1e-3, anchors=False)
 calls = []
 def timing(offs, mems, tims, term_off, term_cells, eps, threads, *args, **kw):
     outer = kw.get("outer")
@@ -375,7 +374,7 @@ def timing(offs, mems, tims, term_off, term_cells, eps, threads, *args, **kw):
         t0 = time.perf_counter()
         res = run_kernel(offs, mems, tims, term_off, term_cells, eps, threads, *args, **{{**kw, "skip_dominated": mode}})
         spent[mode] = min(spent.get(mode, np.inf), time.perf_counter() - t0)
-    calls.append((spent["never"], spent["auto"], [(o, m, t) for o, m, t in zip(offs, mems, tims)], outer))
+    calls.append((spent["never"], spent["auto"], list(zip(offs, mems, tims)), outer))
     return res
 tab_mod.run_kernel = timing
 track(cg, threads=1, epsilon=1e-3, anchors=False)
