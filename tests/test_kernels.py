@@ -461,6 +461,8 @@ def test_a_term_is_skipped_as_dominated_only_behind_a_sum_of_delays_below_zero()
     # delays trade time only: a term of more memory in a slot is not beaten, however slow
     t2 = (np.array([0, 1, 2]), np.array([1.0, 0.0]), np.array([0.0, 9.0]))
     assert outer_skip_mask([t0, t2], row, np.array([[0, 1], [1, 0]]), dominated=True).tolist() == [[False, False]]
+    with pytest.raises(InvalidInputError, match="dominated must be True or False, got 'yes'"):
+        outer_skip_mask([t0, t1], row, np.array([[0, 1], [0, 1]]), dominated="yes")
     with pytest.raises(InvalidInputError, match="skip_dominated must be one of"):
         combine_outer([t0], np.zeros((1, 1), dtype=np.int64), np.zeros((1, 2), dtype=np.int64), skip_dominated="yes")
 
