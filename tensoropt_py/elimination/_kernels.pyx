@@ -37,8 +37,8 @@ dominates it (``_slack_skips``): per slot, every point of its cell weakly domina
 of the other's delayed by some time, the least delays summing below zero by a margin above any
 rounding. A node elimination's configs often differ by a delay in one slot that another more
 than makes up for (``transformer16_dominated`` in ``benchmarks/bench_scale.py``: in the costliest
-join of the frontier so far with a layer, 72% of the terms covered or strictly dominated, 46%
-covered); the delays of a slot whose row is shared by many output cells are kept per row (one
+join of the frontier so far with a layer, 57 to 72% of the terms covered or strictly dominated,
+30 to 46% covered); the delays of a slot whose row is shared by many output cells are kept per row (one
 frontier so far for every cell: each pair of its cells is walked once).
 Output points carry their
 provenance: the global point index of the parent point of every slot (``-1`` for an
