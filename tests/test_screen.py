@@ -103,6 +103,40 @@ def test_no_move_improves_the_exact_frontier(seed):
     assert all(m.size == 0 for m in moves)
 
 
+@pytest.mark.parametrize("seed", range(12))
+def test_moves_are_the_one_node_moves_that_leave_the_dominated_region(seed):
+    # strategies of a small graph, moved one node at a time by brute force: the node to each
+    # of its configs, its edges to their fastest option (the first of equal ones), the move
+    # evaluated whole and kept where it beats half of the exact frontier
+    cg = _graph(seed)
+    ch, ech, mem, tim = _all_strategies(cg)
+    ok = np.flatnonzero(np.isfinite(mem) & np.isfinite(tim))
+    if ok.size == 0:
+        return
+    rng = np.random.default_rng(seed)
+    start = rng.choice(ok, size=min(5, ok.size), replace=False)
+    bf = brute_force_frontier(cg)  # half of the exact frontier: some moves beat it, most do not
+    half = np.sort(rng.choice(len(bf), size=max(1, len(bf) // 2), replace=False))
+    fm, ft = bf.memory[half], bf.time[half]
+    moves = improving_moves(cg, ch[start], ech[start], mem[start], tim[start], fm, ft)
+    tol = 1e-9  # the function's tolerance for sums taken in another order
+    expected = [set() for _ in range(cg.n_nodes)]
+    for p in start:
+        for i in range(cg.n_nodes):
+            for k in range(cg.n_configs[i]):
+                c2, e2 = ch[p].copy(), ech[p].copy()
+                c2[i] = k
+                for e, (u, v, smap, dmap, tab) in enumerate(cg._norm):
+                    if i in (u, v):
+                        e2[e] = int(np.argmin(tab[smap[c2[u]], dmap[c2[v]], :, 1]))
+                (m2,), (t2,) = evaluate(cg, c2[None], e2[None])
+                reach = ft[fm <= m2 * (1 + tol)]
+                bound = reach.min() if reach.size else np.inf
+                if np.isfinite(t2) and t2 < bound * (1 - tol):
+                    expected[i].add(k)
+    assert [sorted(m.tolist()) for m in moves] == [sorted(x) for x in expected]
+
+
 def test_moves_find_a_better_config():
     # node 1's config 1 is better in both costs; the frontier of config 0 alone is beaten
     cg = CostGraph([np.array([[1.0, 1.0]]), np.array([[2.0, 2.0], [1.0, 1.0]])], [(0, 1, np.zeros((1, 2, 2)))])

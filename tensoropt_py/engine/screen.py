@@ -440,6 +440,11 @@ def improving_moves(cg, choices, edge_choices, memory, time, front_memory, front
     for e, (u, v, *_r) in enumerate(cg._norm):
         inc[u].append(e)
         inc[v].append(e)
+    fastest = {}  # per cost table (edges share them): its fastest option's costs, (A, B, 2)
+    for *_r, tab in cg._norm:
+        if id(tab) not in fastest:
+            best = tab[..., 1].argmin(axis=2)  # absent options are +inf
+            fastest[id(tab)] = np.take_along_axis(tab, best[..., None, None], axis=2)[:, :, 0, :]
     out = []
     for i, c in enumerate(cg.node_costs):
         ci = choices[:, i]
@@ -448,14 +453,13 @@ def improving_moves(cg, choices, edge_choices, memory, time, front_memory, front
         for e in inc[i]:
             u, v, smap, dmap, tab = cg._norm[e]
             opt = edge_choices[:, e]
+            fast = fastest[id(tab)]
             if u == i:
                 old = tab[smap[ci], dmap[choices[:, v]], opt]  # (P, 2)
-                new = tab[smap[None, :], dmap[choices[:, v]][:, None]]  # (P, K, R, 2)
+                new = fast[smap[None, :], dmap[choices[:, v]][:, None]]  # (P, K, 2)
             else:
                 old = tab[smap[choices[:, u]], dmap[ci], opt]
-                new = tab[smap[choices[:, u]][:, None], dmap[None, :]]  # (P, K, R, 2)
-            best = new[..., 1].argmin(axis=2)  # fastest option (absent ones are +inf)
-            new = np.take_along_axis(new, best[..., None, None], axis=2)[:, :, 0, :]
+                new = fast[smap[choices[:, u]][:, None], dmap[None, :]]
             dm = dm + new[..., 0] - old[:, None, 0]
             dt = dt + new[..., 1] - old[:, None, 1]
         m2 = memory[:, None] + dm
