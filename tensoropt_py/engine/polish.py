@@ -204,8 +204,13 @@ class _Descent:
         joint = lu[s][:, :, None, :] + lv[s][:, None, :, :]  # (S', K_u, K_v, width)
         for e in between:
             a, b, smap, dmap, _tab = self.cg._norm[e]
-            pair = self.best[e][s[:, None, None], smap[None, :, None], dmap[None, None, :]]  # (S', K_a, K_b, width)
-            joint += pair if a == u else pair.transpose(0, 2, 1, 3)
+            # the edge's classes expanded to configs, u's on axis 1: one axis at a time (a gather
+            # on three index arrays at once measured 3.7x slower on the zoo RNN's 413 configs)
+            at = self.best[e][s]  # (S', A, B, width)
+            if a == u:
+                joint += np.take(np.take(at, smap, axis=1), dmap, axis=2)
+            else:
+                joint += np.take(np.take(at.transpose(0, 2, 1, 3), dmap, axis=1), smap, axis=2)
         flat = joint.reshape(s.size, -1, self.width)
         k = _argbest(flat, axis=1)
         here = np.arange(s.size)
