@@ -334,8 +334,7 @@ def run_kernel(offs, mems, tims, term_off, term_cells, eps, threads, stair_limit
     dominated = outer is not None and _skip_dominated(offs, outer, skip_dominated)
     # with the delays kept, a worker walks each pair of terms once: one chunk per thread
     bounds = _chunk_bounds(term_off, term_off.shape[0] - 1, threads, work, per_thread=1 if dominated else 4)
-    covered = (outer is not None and skip_covered != "never" and 2 <= outer[1].shape[1] <= _MAX_COVER_TERMS
-               and outer[0].shape[1] > 0)
+    covered = outer is not None and skip_covered != "never" and _comparable_terms(outer)
     classes = _row_classes(outer[0]) if covered or dominated else None
     covers = None
     if covered:
@@ -365,12 +364,17 @@ _DOMINATED_POINTS_PER_CHECK = 4.0
 
 def _skip_dominated(offs, outer, mode):
     """Whether the kernel looks for outer terms another one strictly dominates (``slack``)."""
-    row, col = outer
-    U = col.shape[1]
-    if mode == "never" or not 2 <= U <= _MAX_COVER_TERMS or row.shape[1] == 0:
+    if mode == "never" or not _comparable_terms(outer):
         return False
     points = float(np.prod([_mean_points(o) for o in offs]))
-    return mode == "always" or points >= _DOMINATED_POINTS_PER_CHECK * U * len(offs)
+    return mode == "always" or points >= _DOMINATED_POINTS_PER_CHECK * outer[1].shape[1] * len(offs)
+
+
+def _comparable_terms(outer):
+    """Whether the kernel can compare outer terms ``(row, col)`` with one another (cover
+    bitsets, strict dominance): 2 to ``_MAX_COVER_TERMS`` terms per cell, and some output cell."""
+    row, col = outer
+    return 2 <= col.shape[1] <= _MAX_COVER_TERMS and row.shape[1] > 0
 
 
 #: Most bytes the delays kept by the kernel's workers may take together in one call
