@@ -683,3 +683,36 @@ def test_skipping_dominated_terms_leaves_a_zoo_frontier_as_it_was(monkeypatch):
     a, b = fronts["always"], fronts["never"]
     for name in ("memory", "time", "choices", "edge_choices"):
         assert np.array_equal(getattr(a, name), getattr(b, name)), name
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_every_kernel_shortcut_leaves_the_run_as_it_was(monkeypatch, seed):
+    """Whole runs (default settings, 2 threads) on random graphs of repeated blocks with a
+    side node each, with the kernel's shortcuts all forced on (covered and strictly dominated
+    terms skipped, the sweep, four points at a time) and all off: the same frontier and
+    strategies, bit for bit."""
+    import tensoropt_py.elimination._kernels as compiled
+    import tensoropt_py.elimination.table as table
+    from tensoropt_py.engine.random_graphs import random_repeated_blocks
+
+    rng = np.random.default_rng(seed)
+    cg = random_repeated_blocks(int(rng.integers(6, 10)), k=int(rng.integers(8, 14)), side=True, seed=seed)
+    run_kernel = table.run_kernel
+    default_simd = compiled._use_simd(True)
+    fronts, compared = {}, []
+    try:
+        for mode, simd in (("always", True), ("never", False)):
+            def forced(*args, mode=mode, **kw):
+                outer = kw.get("outer")
+                compared.append(mode == "always" and outer is not None and outer[1].shape[1] >= 2)
+                return run_kernel(*args, **{**kw, "skip_covered": mode, "skip_dominated": mode, "sweep": mode})
+
+            monkeypatch.setattr(table, "run_kernel", forced)
+            compiled._use_simd(simd)
+            fronts[mode] = track(cg, threads=2)
+    finally:
+        compiled._use_simd(default_simd)
+    assert sum(compared) >= 5
+    a, b = fronts["always"], fronts["never"]
+    for name in ("memory", "time", "choices", "edge_choices"):
+        assert np.array_equal(getattr(a, name), getattr(b, name)), name
