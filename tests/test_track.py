@@ -664,23 +664,37 @@ def test_skipping_dominated_terms_leaves_a_zoo_frontier_as_it_was(monkeypatch):
     terms another strictly dominates in every node elimination it can (and in none): the same
     frontier and strategies, bit for bit."""
     import tensoropt_py as to
-    import tensoropt_py.elimination.table as table
     from tensoropt_py.cost.builder import build_cost_graph
     from tensoropt_py.graph import zoo
 
     cg = build_cost_graph(zoo.transformer(layers=2), to.Cluster.preset("v100-2x8"), 8).cost_graph
-    run_kernel = table.run_kernel
-    fronts, looked = {}, []
-    for mode in ("always", "never"):
-        def forced(*args, mode=mode, **kw):
-            outer = kw.get("outer")
-            looked.append(mode == "always" and outer is not None and outer[1].shape[1] >= 2)
-            return run_kernel(*args, **{**kw, "skip_dominated": mode})
+    a, looked = _track_forcing(monkeypatch, cg, skip_dominated="always")
+    b, _ = _track_forcing(monkeypatch, cg, skip_dominated="never")
+    assert looked >= 10
+    _assert_same_run(a, b)
 
-        monkeypatch.setattr(table, "run_kernel", forced)
-        fronts[mode] = track(cg, threads=2)
-    assert sum(looked) >= 10
-    a, b = fronts["always"], fronts["never"]
+
+def _track_forcing(monkeypatch, cg, **options):
+    """Default ``track`` of ``cg`` on 2 threads with the kernel's ``options`` forced in every
+    call, and how many of its calls had outer terms to compare (two or more per cell)."""
+    import tensoropt_py.elimination.table as table
+
+    run_kernel = table.run_kernel
+    comparable = []
+
+    def forced(*args, **kw):
+        outer = kw.get("outer")
+        comparable.append(outer is not None and outer[1].shape[1] >= 2)
+        return run_kernel(*args, **{**kw, **options})
+
+    monkeypatch.setattr(table, "run_kernel", forced)
+    try:
+        return track(cg, threads=2), sum(comparable)
+    finally:
+        monkeypatch.setattr(table, "run_kernel", run_kernel)
+
+
+def _assert_same_run(a, b):
     for name in ("memory", "time", "choices", "edge_choices"):
         assert np.array_equal(getattr(a, name), getattr(b, name)), name
 
@@ -692,27 +706,16 @@ def test_every_kernel_shortcut_leaves_the_run_as_it_was(monkeypatch, seed):
     terms skipped, the sweep, four points at a time) and all off: the same frontier and
     strategies, bit for bit."""
     import tensoropt_py.elimination._kernels as compiled
-    import tensoropt_py.elimination.table as table
     from tensoropt_py.engine.random_graphs import random_repeated_blocks
 
     rng = np.random.default_rng(seed)
     cg = random_repeated_blocks(int(rng.integers(6, 10)), k=int(rng.integers(8, 14)), side=True, seed=seed)
-    run_kernel = table.run_kernel
     default_simd = compiled._use_simd(True)
-    fronts, compared = {}, []
     try:
-        for mode, simd in (("always", True), ("never", False)):
-            def forced(*args, mode=mode, **kw):
-                outer = kw.get("outer")
-                compared.append(mode == "always" and outer is not None and outer[1].shape[1] >= 2)
-                return run_kernel(*args, **{**kw, "skip_covered": mode, "skip_dominated": mode, "sweep": mode})
-
-            monkeypatch.setattr(table, "run_kernel", forced)
-            compiled._use_simd(simd)
-            fronts[mode] = track(cg, threads=2)
+        a, compared = _track_forcing(monkeypatch, cg, skip_covered="always", skip_dominated="always", sweep="always")
+        compiled._use_simd(False)
+        b, _ = _track_forcing(monkeypatch, cg, skip_covered="never", skip_dominated="never", sweep="never")
     finally:
         compiled._use_simd(default_simd)
-    assert sum(compared) >= 5
-    a, b = fronts["always"], fronts["never"]
-    for name in ("memory", "time", "choices", "edge_choices"):
-        assert np.array_equal(getattr(a, name), getattr(b, name)), name
+    assert compared >= 5
+    _assert_same_run(a, b)
