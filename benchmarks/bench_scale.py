@@ -813,6 +813,27 @@ for seed in range(60):
         solves += 1; same_min += int(r.optimal and r.time == bf.time[bf.peak <= lim].min())
 out(case="interval_peak_small", graphs=n, frontier_same=same_fr, frontier_exact=exact_fr, limits=solves,
     min_time_same=same_min, brute_s=tb, frontier_s=tf, min_time_s=tm)
+# usages that are not whole bytes (their sums round), each limit one of the frontier's own peaks
+n = same_fr = exact_fr = solves = same_min = 0
+for seed in range(60):
+    cg = random_cyclic_graph(n_nodes=6, max_k=3, edge_prob=0.4, forbidden_prob=0.05, max_options=1 + seed % 2, seed=seed,
+                             integer_costs=False)
+    usage = random_interval_usage(cg, max_span=3, empty_prob=0.2, seed=seed)
+    bf = brute_force_peak_frontier(cg, usage)
+    if len(bf) == 0:
+        continue
+    n += 1
+    fr = peak_frontier(cg, usage, max_enumerate=1, iterations=20)
+    same_fr += int(np.array_equal(fr.peak, bf.peak) and np.array_equal(fr.time, bf.time)); exact_fr += int(fr.exact)
+    for lim in bf.peak.tolist():
+        solves += 1
+        try:
+            r = min_time_under_peak(cg, usage, lim, max_enumerate=1, iterations=20)
+        except InfeasibleError:
+            continue
+        same_min += int(r.optimal and r.time == bf.time[bf.peak <= lim].min())
+out(case="interval_peak_fractional", graphs=n, frontier_same=same_fr, frontier_exact=exact_fr, limits=solves,
+    min_time_same=same_min)
 for nodes in (200, 500, 1000):
     cg = random_sparse_cyclic_graph(nodes, 4, forbidden_prob=0.05, seed=nodes)
     usage = random_interval_usage(cg, max_span=20, seed=nodes)

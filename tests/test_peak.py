@@ -98,6 +98,64 @@ def test_min_time_under_peak_equals_brute_force(seed):
             _check_strategy(cg, usage, r)
 
 
+def test_a_step_load_holds_only_the_usages_live_there():
+    # a running sum over the steps would leave the rounding of a huge usage that has ended
+    # in the next step's load: 1e17 + 3.3 - 1e17 is 0 or 16, not 3.3
+    u = IntervalUsage([0, 1, 1], [1, 2, 2], [[1e17, 1.0], [3.3, 0.1], [0.25]])
+    assert u.loads(np.array([[0, 0, 0], [1, 0, 0]])).tolist() == [[1e17, 3.3 + 0.25], [1.0, 3.3 + 0.25]]
+
+
+def test_loads_in_chunks_equal_loads_at_once(monkeypatch):
+    cg = random_cyclic_graph(n_nodes=7, max_k=3, seed=3, integer_costs=False)
+    usage = random_interval_usage(cg, max_span=4, seed=3)
+    assert usage._live is not None  # non-integer usages: sums over the live nodes
+    choices = np.random.default_rng(3).integers(0, np.array(cg.n_configs), size=(50, cg.n_nodes))
+    whole = usage.loads(choices)
+    monkeypatch.setattr("tensoropt_py.engine.peak._LOAD_CHUNK_ENTRIES", 7)
+    np.testing.assert_array_equal(usage.loads(choices), whole)
+    np.testing.assert_array_equal(np.concatenate([usage.loads(c[None, :]) for c in choices]), whole)
+
+
+@given(_intervals(), st.integers(0, 2**32 - 1))
+def test_loads_of_float_usages_depend_on_the_live_usages_alone(case, seed):
+    # strategies that differ only in nodes not live at a step load it the same, and a larger
+    # usage never gives a smaller load (what the solver's proofs of infeasibility rely on)
+    start, end, usage, choice = case
+    rng = np.random.default_rng(seed)
+    u = IntervalUsage(start, end, [np.array(x, dtype=float) * rng.uniform(0.9, 1.1) * 1e9 for x in usage])
+    x = np.array(choice)
+    for t, first in enumerate(u.steps.tolist()):
+        other = x.copy()
+        off = [i for i in range(len(start)) if not start[i] <= first < end[i]]
+        for i in off:
+            other[i] = rng.integers(len(usage[i]))
+        assert u.loads(np.stack([x, other]))[:, t].tolist() == [u.loads(x[None, :])[0, t]] * 2
+    larger = x.copy()
+    for i in range(len(start)):
+        larger[i] = int(np.argmax(u.usage[i]))
+    assert np.all(u.loads(larger[None, :]) >= u.loads(x[None, :]))
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_non_integer_usages_at_the_frontiers_own_peaks(seed):
+    # usages that are not whole bytes: sums round, and a limit equal to a frontier point's
+    # peak (the natural question: that point's memory or less) must admit that point
+    cg = random_cyclic_graph(n_nodes=6, max_k=3, edge_prob=0.4, forbidden_prob=0.05, max_options=1 + seed % 2,
+                             seed=seed, integer_costs=False)
+    usage = random_interval_usage(cg, max_span=3, empty_prob=0.2, seed=seed)
+    bf = brute_force_peak_frontier(cg, usage)
+    if len(bf) == 0:
+        return
+    fr = peak_frontier(cg, usage, max_enumerate=1 + 4095 * (seed % 2), iterations=20)
+    assert fr.exact
+    np.testing.assert_array_equal(fr.peak, bf.peak)
+    np.testing.assert_array_equal(fr.time, bf.time)
+    for limit in bf.peak.tolist():
+        r = min_time_under_peak(cg, usage, limit, max_enumerate=1, iterations=20)
+        assert r.optimal and r.time == bf.time[bf.peak <= limit].min()
+        _check_strategy(cg, usage, r)
+
+
 @pytest.mark.parametrize("seed", range(25))
 def test_peak_frontier_equals_brute_force(seed):
     cg, usage = _problem(100 + seed)

@@ -117,6 +117,7 @@ class IntervalUsage:
     hi: np.ndarray = field(init=False, repr=False)
     _flat: np.ndarray = field(init=False, repr=False)
     _offset: np.ndarray = field(init=False, repr=False)
+    _live: tuple = field(init=False, repr=False)
 
     def __post_init__(self):
         start = _int_array(self.start, "start")
@@ -159,9 +160,10 @@ class IntervalUsage:
         hi = np.where(live, np.searchsorted(steps, end, side="left"), lo)
         offset = np.zeros(n + 1, dtype=np.int64)
         offset[1:] = np.cumsum([a.shape[0] for a in usage])
+        live_lists = _live_lists(usage, lo, hi, steps.shape[0])
         for name, val in (("start", start), ("end", end), ("usage", tuple(usage)), ("steps", steps),
                           ("lo", lo.astype(np.int64)), ("hi", hi.astype(np.int64)),
-                          ("_flat", np.concatenate(usage)), ("_offset", offset)):
+                          ("_flat", np.concatenate(usage)), ("_offset", offset), ("_live", live_lists)):
             if isinstance(val, np.ndarray):
                 val.flags.writeable = False
             object.__setattr__(self, name, val)
@@ -199,7 +201,10 @@ class IntervalUsage:
     def loads(self, choices):
         """Summed usage at every kept step of strategies ``choices`` (P, n_nodes) -> (P, S).
 
-        Exact for integer byte counts (sums below 2**53); otherwise within rounding.
+        Exact for integer byte counts (sums below 2**53). Otherwise each step's load is the
+        rounded sum of the usages live there, taken in node order: it depends only on those
+        usages, so strategies that differ only in nodes not live at a step get the same
+        load there, and a config of larger usage never gives a smaller load.
 
         Parameters
         ----------
@@ -215,11 +220,20 @@ class IntervalUsage:
         choices = np.asarray(choices, dtype=np.int64)
         P = choices.shape[0]
         U = self._flat[self._offset[None, :-1] + choices]
-        diff = np.zeros((P, self.n_steps + 1))
-        rows = np.arange(P)[:, None]
-        np.add.at(diff, (rows, self.lo[None, :]), U)
-        np.add.at(diff, (rows, self.hi[None, :]), -U)
-        return np.cumsum(diff, axis=1)[:, : self.n_steps]
+        if self._live is None:  # integer usages: the running sum is exact
+            diff = np.zeros((P, self.n_steps + 1))
+            rows = np.arange(P)[:, None]
+            np.add.at(diff, (rows, self.lo[None, :]), U)
+            np.add.at(diff, (rows, self.hi[None, :]), -U)
+            return np.cumsum(diff, axis=1)[:, : self.n_steps]
+        nodes, starts = self._live
+        out = np.empty((P, self.n_steps))
+        if not self.n_steps:
+            return out
+        rows = max(1, _LOAD_CHUNK_ENTRIES // max(nodes.shape[0], 1))
+        for a in range(0, P, rows):
+            out[a:a + rows] = np.add.reduceat(U[a:a + rows, nodes], starts, axis=1)
+        return out
 
     def __str__(self):
         return f"IntervalUsage(nodes={self.n_nodes}, kept_steps={self.n_steps})"
@@ -304,6 +318,32 @@ class PeakFrontier:
         return f"PeakFrontier(points={len(self)}, exact={self.exact})"
 
     __repr__ = __str__
+
+
+_LOAD_CHUNK_ENTRIES = 1 << 22
+"""Most (strategy, live usage) entries :meth:`IntervalUsage.loads` gathers at once."""
+
+
+def _live_lists(usage, lo, hi, n_steps):
+    """``None`` when every usage is an integer and the largest possible load is below 2**53
+    (running sums of them are exact), else ``(nodes, starts)``: the nodes live at every kept
+    step, in node order, step after step, and where each step's list starts.
+
+    A running sum (add a node's usage where it starts, subtract it where it ends) would carry
+    the rounding of nodes no longer live into later steps, so that two strategies with the
+    same usages at a step could load it differently; a sum over the live nodes alone cannot."""
+    flat = np.concatenate(usage)
+    if np.all(flat == np.floor(flat)) and sum(float(a.max()) for a in usage) < 2.0 ** 53:
+        return None
+    span = hi - lo
+    nodes = np.repeat(np.arange(lo.shape[0], dtype=np.int64), span)
+    steps = np.repeat(lo, span) + (np.arange(nodes.shape[0]) - np.repeat(np.cumsum(span) - span, span))
+    order = np.argsort(steps, kind="stable")  # node order within a step
+    nodes = nodes[order]
+    starts = np.searchsorted(steps[order], np.arange(n_steps))  # every kept step has a live node
+    for arr in (nodes, starts):
+        arr.flags.writeable = False
+    return nodes, starts
 
 
 def _fastest_options(cg, choices):
@@ -544,6 +584,13 @@ class _Search:
         self.u = usage.usage
         self.lo, self.hi = usage.lo, usage.hi
         self.S = usage.n_steps
+        # a config is dropped when even the least usages elsewhere overflow: with rounded
+        # loads (non-integer usages), only by more than the rounding of a step's sum
+        if usage._live is None or not self.S:
+            self.rounding_share = 0.0
+        else:
+            counts = np.diff(np.append(usage._live[1], usage._live[0].shape[0]))
+            self.rounding_share = 8.0 * (int(counts.max()) + 2) * float(np.finfo(np.float64).eps)
         # fastest-option time of every edge as a dense (K_u, K_v) table, seen from each end
         self.incident = [[] for _ in range(self.n)]
         t_cap = sum(float(t[np.isfinite(t)].max()) for t in self.t_node)
@@ -817,9 +864,11 @@ class _Search:
         base = self.usage.loads(np.array([[int(np.flatnonzero(allowed[i] & (self.u[i] == least[i]))[0])
                                            for i in range(self.n)]]))[0]
         slack = self.limit - base
-        if slack.min() < 0:
+        if slack.min() < 0:  # loads never fall as usages grow: no strategy fits
             return False
         head = -_range_max(-slack, self.lo, self.hi)
+        if self.rounding_share and math.isfinite(self.limit):
+            head += self.rounding_share * self.limit
         for i in range(self.n):
             allowed[i] &= self.u[i] - least[i] <= head[i]
         return True
