@@ -17,7 +17,7 @@ def test_raise_names_the_limit():
 
     cg = _graph()
     limit = leaf_bytes(cg) + 1000
-    with pytest.raises(MemoryLimitError, match=r"more than the limit of .* MiB \(max_memory\)") as info:
+    with pytest.raises(MemoryLimitError, match=r"more than the limit of [\d.]+ [KMG]iB \(max_memory\)") as info:
         track(cg, exact=True, max_memory=limit, on_memory_limit="raise")
     assert info.value.limit_bytes == limit and info.value.used_bytes > limit
 
@@ -185,11 +185,35 @@ def test_a_combine_that_would_not_fit_raises_before_taking_the_memory():
     out = ctx.combine([a, b], np.arange(41), cells)
     need = out.nbytes()
     ctx.max_bytes = ctx.held_bytes + need // 4
-    with pytest.raises(MemoryLimitError, match=r"one combine step would need .* MiB with the tables held, more than the limit") as info:
+    with pytest.raises(MemoryLimitError, match=r"one combine step would need [\d.]+ [KMG]iB with the tables held, more than the limit") as info:
         ctx.combine([a, b], np.arange(41), cells[::-1].copy())
     assert info.value.limit_bytes == ctx.max_bytes
     assert ctx.held_bytes <= ctx.max_bytes
     assert info.value.used_bytes > info.value.limit_bytes
+
+
+def test_a_refused_step_that_fills_the_memo_again_still_raises(monkeypatch):
+    # a refused kernel call whose cover bitsets go to the memo before the refusal: emptying
+    # the memo and trying again must happen once, not until the memo stays empty
+    import tensoropt_py.elimination.table as table
+    from tensoropt_py.engine.random_graphs import random_layered_dag
+
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) > 100:
+            raise RuntimeError("the refused step is tried again and again")
+        return run_kernel(*args, **kwargs)
+
+    run_kernel = table.run_kernel
+    monkeypatch.setattr(table, "run_kernel", counted)
+    cg = random_layered_dag(4, 1, 4, options=2, seed=210786354, integer_costs=False)
+    with pytest.raises(MemoryLimitError, match="one combine step would need"):
+        track(cg, exact=True, epsilon=1e-3, method="elimination", threads=1, max_memory=45785,
+              on_memory_limit="raise", anchors=False)
+    fr = track(cg, exact=True, epsilon=1e-3, method="elimination", threads=1, max_memory=45785, anchors=False)
+    assert fr.stats["memory_limit_retries"] and fr.memory_bound_factor > 1.001
 
 
 def test_a_staged_product_stops_before_writing_out_its_terms(monkeypatch):

@@ -30,6 +30,7 @@ from collections import OrderedDict
 import numpy as np
 
 from ..errors import MemoryLimitError
+from ..units import format_bytes
 from .kernels import MAX_SLOTS, KernelBudgetExceeded, reduce_ragged, resolve_threads, run_kernel
 
 __all__ = ["FTable", "Context", "ExactBudgetSpent", "unique_rows", "table_key", "digest_arrays"]
@@ -184,7 +185,7 @@ class Context:
         if used > self.peak_bytes:
             self.peak_bytes = used
         if self.max_bytes is not None and used > self.max_bytes:
-            raise self._limit_error(f"its tables hold {used / 2**20:.1f} MiB", used)
+            raise self._limit_error(f"its tables hold {format_bytes(used, binary=True)}", used)
         return tab
 
     def used_bytes(self):
@@ -194,7 +195,7 @@ class Context:
     def _limit_error(self, what, used):
         """The :class:`MemoryLimitError` of a run that ``what`` (needing ``used`` bytes) stopped."""
         return MemoryLimitError(
-            f"frontier tracking stopped: {what}, more than the limit of {self.max_bytes / 2**20:.1f} MiB "
+            f"frontier tracking stopped: {what}, more than the limit of {format_bytes(self.max_bytes, binary=True)} "
             f"(max_memory); raise max_memory, use a larger epsilon, or exact=False with a smaller max_merged_configs",
             used_bytes=int(used),
             limit_bytes=int(self.max_bytes),
@@ -384,6 +385,7 @@ class Context:
                 term_cells, eps, self.threads)
         # provenance is stored as int32 when every parent is small enough (it usually is)
         prov32 = all(p.n_points <= _I32 for p in parents)
+        emptied = False
         while True:
             used = self.used_bytes()
             budget = None if self.max_bytes is None else self.max_bytes - used
@@ -393,12 +395,15 @@ class Context:
             except KernelBudgetExceeded as exc:
                 if self._reclaim():
                     continue
-                if not self._memo:
+                # once only: the call may fill the memo again (its cover bitsets), and a loop
+                # that empties it before every try would never end
+                if emptied or not self._memo:
                     need = used + exc.args[1]
-                    raise self._limit_error(f"one combine step would need {need / 2**20:.1f} MiB with the tables "
+                    raise self._limit_error(f"one combine step would need {format_bytes(need, binary=True)} with the tables "
                                             f"held", need) from None
                 while self._memo:
                     self._drop_oldest_memo()
+                emptied = True
 
     def _combine_raw(self, parents, term_off, term_cells, thin, key=None, outer=None):
         """The kernel call behind :meth:`combine`, memoised. ``key``: a memo key the caller
