@@ -399,8 +399,8 @@ class Context:
                 # that empties it before every try would never end
                 if emptied or not self._memo:
                     need = used + exc.args[1]
-                    raise self._limit_error(f"one combine step would need {format_bytes(need, binary=True)} with the tables "
-                                            f"held", need) from None
+                    raise self._limit_error(f"one combine step would need {format_bytes(need, binary=True)} with "
+                                            f"the tables held", need) from None
                 while self._memo:
                     self._drop_oldest_memo()
                 emptied = True
