@@ -864,7 +864,10 @@ def track(
         seconds given up).
     threads : int or None
         Worker threads for the per-config work, and exact optima solved at once (None = all
-        cores). The result does not depend on it.
+        cores). The result does not depend on it, but for one case: where strategies of
+        different memory tie for the least time, the exact fastest strategy the anchors add
+        is one of them, and which one may change with the graph it is solved on (the anchors
+        solved beside the run are screened by another limit than those solved after it).
     max_merged_configs : int
         With ``exact=False``, the largest config count a branch elimination may create
         before heuristic elimination is used instead.
