@@ -70,6 +70,25 @@ def test_heuristic_results_are_achievable_on_cyclic_graphs(seed):
         assert np.any((bf.memory <= m) & (bf.time <= t))
 
 
+@pytest.mark.parametrize("heuristic", ["min_memory", "weighted"])
+def test_heuristic_never_fixes_a_config_forbidden_towards_a_neighbour(heuristic):
+    # a 4-clique needs one heuristic elimination (node 0, of the largest degree, the least id);
+    # node 0's config 0 uses the least memory but is forbidden towards every config of node 1:
+    # fixing it would leave no strategy at all
+    node0 = np.array([[1.0, 1.0], [2.0, 1.0]])
+    other = np.array([[1.0, 1.0], [1.0, 2.0]])
+    free = np.zeros((2, 2, 1, 2))
+    blocked = free.copy()
+    blocked[0, :, 0, :] = SENTINEL
+    edges = [(0, 1, blocked), (0, 2, free), (0, 3, free), (1, 2, free), (1, 3, free), (2, 3, free)]
+    cg = CostGraph([node0, other, other, other], edges)
+    fr = track(cg, method="elimination", max_merged_configs=1, heuristic=heuristic, anchors=False)
+    assert fr.n_heuristic == 1 and fr.choices[:, 0].tolist() == [1]
+    assert fr.memory.tolist() == [5.0] and fr.time.tolist() == [4.0]  # the one strategy: all brute force has
+    bf = brute_force_frontier(cg)
+    assert _same(fr, bf)
+
+
 def test_sentinel_on_fast_config_is_not_returned():
     # config 1 is much faster but forbidden by a 1e18 memory sentinel
     cg = CostGraph([np.array([[1.0, 5.0], [SENTINEL, 0.0]]), np.array([[1.0, 1.0]])], [(0, 1, np.zeros((2, 1, 2)))])

@@ -15,7 +15,8 @@ strategies are lost (those with a dropped config) and every remaining point stay
 Heuristics for ``k*`` (:func:`choose_config`):
 
 * ``"min_memory"``: the config whose own frontier has the smallest memory (ties: smaller
-  time at that point, then smaller index);
+  time at that point, then smaller index), among the configs with an allowed edge cell towards
+  every neighbour where there are such configs (another is in no strategy);
 * ``"weighted"``: the config minimising ``m / M + t / T`` summed over the node and, for
   every incident edge, the cheapest edge cell towards the neighbour; ``M`` and ``T`` are
   the mean minimum memory/time of those terms, so both objectives weigh the same.
@@ -91,12 +92,19 @@ def choose_config(g, i, heuristic):
         m0, t0 = _cell_first(tab)
         mem += m0[cells]
         tim += t0[cells]
+    edges = [e for _, e in sorted(g.adj[i].items())]
     if heuristic == "min_memory":
+        # among the configs with an allowed cell towards every neighbour where there is one: a
+        # config whose edge is forbidden towards every config of a neighbour is in no strategy
+        allowed = np.isfinite(mem) & np.isfinite(tim)
+        for e in edges:
+            allowed &= np.isfinite(_best_towards(e, i, _cell_least(e.table, e.table.mem + e.table.time)))
+        if allowed.any():
+            mem = np.where(allowed, mem, np.inf)
         return int(np.lexsort((ks, tim, mem))[0])
     # weighted: scales from the node and its edges
     ms = [_finite_mean(mem)]
     ts = [_finite_mean(tim)]
-    edges = [e for _, e in sorted(g.adj[i].items())]
     for e in edges:
         imap, wmap, si, sw, _ = e.view(i)
         em, et = _cell_first(e.table)
