@@ -160,10 +160,11 @@ class IntervalUsage:
         hi = np.where(live, np.searchsorted(steps, end, side="left"), lo)
         offset = np.zeros(n + 1, dtype=np.int64)
         offset[1:] = np.cumsum([a.shape[0] for a in usage])
-        live_lists = _live_lists(usage, lo, hi, steps.shape[0])
+        flat = np.concatenate(usage)
+        live_lists = _live_lists(flat, usage, lo, hi, steps.shape[0])
         for name, val in (("start", start), ("end", end), ("usage", tuple(usage)), ("steps", steps),
                           ("lo", lo.astype(np.int64)), ("hi", hi.astype(np.int64)),
-                          ("_flat", np.concatenate(usage)), ("_offset", offset), ("_live", live_lists)):
+                          ("_flat", flat), ("_offset", offset), ("_live", live_lists)):
             if isinstance(val, np.ndarray):
                 val.flags.writeable = False
             object.__setattr__(self, name, val)
@@ -324,15 +325,15 @@ _LOAD_CHUNK_ENTRIES = 1 << 22
 """Most (strategy, live usage) entries :meth:`IntervalUsage.loads` gathers at once."""
 
 
-def _live_lists(usage, lo, hi, n_steps):
-    """``None`` when every usage is an integer and the largest possible load is below 2**53
-    (running sums of them are exact), else ``(nodes, starts)``: the nodes live at every kept
-    step, in node order, step after step, and where each step's list starts.
+def _live_lists(flat, usage, lo, hi, n_steps):
+    """``None`` when every usage (``flat``: all of them, node after node) is an integer and the
+    largest possible load is below 2**53 (running sums of them are exact), else ``(nodes,
+    starts)``: the nodes live at every kept step, in node order, step after step, and where each
+    step's list starts.
 
     A running sum (add a node's usage where it starts, subtract it where it ends) would carry
     the rounding of nodes no longer live into later steps, so that two strategies with the
     same usages at a step could load it differently; a sum over the live nodes alone cannot."""
-    flat = np.concatenate(usage)
     if np.all(flat == np.floor(flat)) and sum(float(a.max()) for a in usage) < 2.0 ** 53:
         return None
     span = hi - lo
