@@ -795,45 +795,42 @@ for name, make, preset, n, how in cases:
 from tensoropt_py.engine import brute_force_peak_frontier, evaluate_peak, min_time_under_peak, peak_frontier
 from tensoropt_py.engine.random_graphs import random_cyclic_graph, random_interval_usage, random_sparse_cyclic_graph
 from tensoropt_py.errors import InfeasibleError
-n = same_fr = exact_fr = solves = same_min = 0; tb = tf = tm = 0.0
-for seed in range(60):
-    cg = random_cyclic_graph(n_nodes=7, max_k=3, edge_prob=0.4, forbidden_prob=0.08, max_options=1 + seed % 2, seed=seed)
-    if cg.n_strategies() > 300_000:
-        continue
-    usage = random_interval_usage(cg, max_span=5, empty_prob=0.1, seed=seed)
-    t0 = time.perf_counter(); bf = brute_force_peak_frontier(cg, usage); tb += time.perf_counter() - t0
-    if len(bf) == 0:
-        continue
-    n += 1
-    t0 = time.perf_counter(); fr = peak_frontier(cg, usage, max_enumerate=1, iterations=20); tf += time.perf_counter() - t0
-    same_fr += int(np.array_equal(fr.peak, bf.peak) and np.array_equal(fr.time, bf.time)); exact_fr += int(fr.exact)
-    for a, b in zip(bf.peak[:-1], bf.peak[1:]):
-        lim = (a + b) / 2
-        t0 = time.perf_counter(); r = min_time_under_peak(cg, usage, lim, max_enumerate=1, iterations=20); tm += time.perf_counter() - t0
-        solves += 1; same_min += int(r.optimal and r.time == bf.time[bf.peak <= lim].min())
-out(case="interval_peak_small", graphs=n, frontier_same=same_fr, frontier_exact=exact_fr, limits=solves,
-    min_time_same=same_min, brute_s=tb, frontier_s=tf, min_time_s=tm)
-# usages that are not whole bytes (their sums round), each limit one of the frontier's own peaks
-n = same_fr = exact_fr = solves = same_min = 0
-for seed in range(60):
-    cg = random_cyclic_graph(n_nodes=6, max_k=3, edge_prob=0.4, forbidden_prob=0.05, max_options=1 + seed % 2, seed=seed,
-                             integer_costs=False)
-    usage = random_interval_usage(cg, max_span=3, empty_prob=0.2, seed=seed)
-    bf = brute_force_peak_frontier(cg, usage)
-    if len(bf) == 0:
-        continue
-    n += 1
-    fr = peak_frontier(cg, usage, max_enumerate=1, iterations=20)
-    same_fr += int(np.array_equal(fr.peak, bf.peak) and np.array_equal(fr.time, bf.time)); exact_fr += int(fr.exact)
-    for lim in bf.peak.tolist():
-        solves += 1
-        try:
-            r = min_time_under_peak(cg, usage, lim, max_enumerate=1, iterations=20)
-        except InfeasibleError:
+def versus_brute_force(problems, limits_of):
+    # peak_frontier and min_time_under_peak (at the limits limits_of(brute-force peaks) gives)
+    # against brute force on small (cost graph, usage) problems; a limit refused counts as a miss
+    n = same_fr = exact_fr = solves = same_min = 0; tb = tf = tm = 0.0
+    for cg, usage in problems:
+        t0 = time.perf_counter(); bf = brute_force_peak_frontier(cg, usage); tb += time.perf_counter() - t0
+        if len(bf) == 0:
             continue
-        same_min += int(r.optimal and r.time == bf.time[bf.peak <= lim].min())
-out(case="interval_peak_fractional", graphs=n, frontier_same=same_fr, frontier_exact=exact_fr, limits=solves,
-    min_time_same=same_min)
+        n += 1
+        t0 = time.perf_counter(); fr = peak_frontier(cg, usage, max_enumerate=1, iterations=20); tf += time.perf_counter() - t0
+        same_fr += int(np.array_equal(fr.peak, bf.peak) and np.array_equal(fr.time, bf.time)); exact_fr += int(fr.exact)
+        for lim in limits_of(bf.peak):
+            solves += 1
+            t0 = time.perf_counter()
+            try:
+                r = min_time_under_peak(cg, usage, lim, max_enumerate=1, iterations=20)
+            except InfeasibleError:
+                continue
+            finally:
+                tm += time.perf_counter() - t0
+            same_min += int(r.optimal and r.time == bf.time[bf.peak <= lim].min())
+    return dict(graphs=n, frontier_same=same_fr, frontier_exact=exact_fr, limits=solves, min_time_same=same_min,
+                brute_s=tb, frontier_s=tf, min_time_s=tm)
+def small_problems():
+    for seed in range(60):
+        cg = random_cyclic_graph(n_nodes=7, max_k=3, edge_prob=0.4, forbidden_prob=0.08, max_options=1 + seed % 2, seed=seed)
+        if cg.n_strategies() <= 300_000:
+            yield cg, random_interval_usage(cg, max_span=5, empty_prob=0.1, seed=seed)
+def fractional_problems():  # usages that are not whole bytes: their sums round
+    for seed in range(60):
+        cg = random_cyclic_graph(n_nodes=6, max_k=3, edge_prob=0.4, forbidden_prob=0.05, max_options=1 + seed % 2,
+                                 seed=seed, integer_costs=False)
+        yield cg, random_interval_usage(cg, max_span=3, empty_prob=0.2, seed=seed)
+# limits between consecutive peaks; with fractional usages, each of the frontier's own peaks
+out(case="interval_peak_small", **versus_brute_force(small_problems(), lambda peaks: (peaks[:-1] + peaks[1:]) / 2))
+out(case="interval_peak_fractional", **versus_brute_force(fractional_problems(), lambda peaks: peaks.tolist()))
 for nodes in (200, 500, 1000):
     cg = random_sparse_cyclic_graph(nodes, 4, forbidden_prob=0.05, seed=nodes)
     usage = random_interval_usage(cg, max_span=20, seed=nodes)
