@@ -60,14 +60,44 @@ def test_forbidden_costs_never_returned(method, seed):
 def test_heuristic_results_are_achievable_on_cyclic_graphs(seed):
     cg = random_cyclic_graph(n_nodes=7, max_k=3, edge_prob=0.7, seed=2000 + seed, forbidden_prob=0.05)
     bf = brute_force_frontier(cg)
-    try:
-        fr = track(cg, exact=False, max_merged_configs=2)
-    except InfeasibleError:
+    if len(bf) == 0:
+        with pytest.raises(InfeasibleError, match="forbidden cost"):
+            track(cg, exact=False, max_merged_configs=2)
         return
+    fr = track(cg, exact=False, max_merged_configs=2)
     _check_achievable(cg, fr)
     # every returned point is a real strategy: it is weakly dominated by the exact frontier
     for m, t in zip(fr.memory, fr.time):
         assert np.any((bf.memory <= m) & (bf.time <= t))
+
+
+@pytest.mark.parametrize(
+    "forbidden_prob, heuristic, seed",
+    [(0.15, "min_memory", 15), (0.15, "weighted", 19), (0.3, "weighted", 235), (0.3, "auto", 257)],
+)
+def test_heuristics_that_leave_no_feasible_strategy_fall_back_to_the_exact_optima(forbidden_prob, heuristic, seed):
+    # on these graphs the heuristic eliminations fix configs that no strategy without forbidden
+    # costs agrees with; with anchors=False the run would end empty though the graph is feasible
+    cg = random_cyclic_graph(n_nodes=6, max_k=3, edge_prob=0.7, seed=seed, forbidden_prob=forbidden_prob)
+    bf = brute_force_frontier(cg, max_strategies=10**7)
+    assert len(bf) > 0
+    fr = track(cg, exact=False, max_merged_configs=2, anchors=False, heuristic=heuristic)
+    assert fr.n_heuristic > 0 and fr.stats["anchors_after_empty"] is True
+    _check_achievable(cg, fr)
+    assert fr.memory.max() < FORBIDDEN_COST and fr.time.max() < FORBIDDEN_COST
+    # the exact optima: both ends of the true frontier
+    assert fr.time.min() == pytest.approx(bf.time.min(), rel=1e-12)
+    assert fr.memory.min() == pytest.approx(bf.memory.min(), rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", [0, 2, 3])
+def test_infeasible_after_heuristics_is_said_to_be_infeasible(seed):
+    # every strategy is forbidden: the exact optima prove it, so the error does not blame the heuristics
+    cg = random_cyclic_graph(n_nodes=6, max_k=3, edge_prob=0.7, seed=seed, forbidden_prob=0.3)
+    assert len(brute_force_frontier(cg, max_strategies=10**7)) == 0
+    with pytest.raises(InfeasibleError, match="forbidden cost") as info:
+        track(cg, exact=False, max_merged_configs=2, anchors=False)
+    assert "heuristic" not in str(info.value)
 
 
 @pytest.mark.parametrize("heuristic", ["min_memory", "weighted"])

@@ -894,12 +894,16 @@ def track(
         fastest strategy (``lam = 0``) and the smallest one (``lam = inf``), so that an
         approximate frontier still contains (or dominates) both ends. ``"auto"``: only
         when the result may be approximate (a heuristic elimination was used, or
-        ``epsilon > 0``). Each is solved on the configs that relaxation bounds
-        (:func:`~.screen.relaxation_bounds`) leave possible for a strategy at least as fast
-        (as small) as the result's end, which gives the whole graph's optimum on a graph
-        often narrow enough for :func:`min_sum` where the whole one is not; one that is still
-        too wide, or would sum more than 2e9 terms (a few seconds), is skipped (``True``:
-        raises). ``stats["anchors"]`` says what happened
+        ``epsilon > 0``). ``False``: not added, unless the heuristic eliminations left no
+        strategy without forbidden costs: they are then solved all the same
+        (``stats["anchors_after_empty"]``), so that a graph with a feasible strategy raises
+        :class:`~tensoropt_py.errors.InfeasibleError` only where they are out of exact reach
+        (its message then names the heuristic eliminations). Each is solved on the configs
+        that relaxation bounds (:func:`~.screen.relaxation_bounds`) leave possible for a
+        strategy at least as fast (as small) as the result's end, which gives the whole
+        graph's optimum on a graph often narrow enough for :func:`min_sum` where the whole one
+        is not; one that is still too wide, or would sum more than 2e9 terms (a few seconds),
+        is skipped (``True``: raises). ``stats["anchors"]`` says what happened
         (``stats["anchors_skipped"]``: why an optimum is missing). For an end so skipped the
         relaxation's own best strategy (every node at its config of least bound) joins the
         frontier first (``stats["relaxation_points"]``: how many it kept then), then the end is
@@ -1084,6 +1088,12 @@ def track(
             mem, tim, ch, ech = _add_anchors(cg, mem, tim, ch, ech, stats, strict=anchors is True,
                                              max_bytes=int(max_memory), threads=threads,
                                              background=background[0] if background else None)
+        elif mem.size == 0 and n_heur:
+            # the heuristic eliminations left only strategies with forbidden costs; the exact
+            # optima find a feasible strategy where there is one, so the error below is true
+            mem, tim, ch, ech = _add_anchors(cg, mem, tim, ch, ech, stats, strict=False,
+                                             max_bytes=int(max_memory), threads=threads)
+            stats["anchors_after_empty"] = True
         else:
             stats["anchors"] = "off"
         if background:
@@ -1098,8 +1108,9 @@ def track(
         stats["memory_limit_retries"] = retries  # (epsilon, bytes held) of every stopped run
     if mem.size == 0:
         why = (
-            f" with the configs fixed by {n_heur} heuristic elimination(s); exact=True searches all strategies"
-            if n_heur
+            f" with the configs fixed by {n_heur} heuristic elimination(s) (the exact optima were "
+            f"{stats['anchors']}); exact=True searches all strategies"
+            if n_heur and stats.get("anchors") != "infeasible"
             else ""
         )
         raise InfeasibleError(
