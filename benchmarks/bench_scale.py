@@ -53,8 +53,9 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   the configs the relaxation bounds leave possible given that case's frontier; run
   ``transformer16_track`` first) with the numeric pass replaying the plan of the value-less pass
   and choosing its steps again, twice each, alternated: seconds, configs kept, and whether the
-  optima are the same; then the fastest's ``min_sum`` with its reductions compiled
-  (:func:`~tensoropt_py.engine.scalar.min_of_sums`) and in NumPy, three times each, alternated;
+  optima are the same; then each ``min_sum`` with its reductions compiled
+  (:func:`~tensoropt_py.engine.scalar.min_of_sums`, for the smallest
+  :func:`~tensoropt_py.engine.scalar.lex_min_of_sums`) and in NumPy, three times each, alternated;
 * ``transformer16_outside``: whether bounds on the rest of the graph could drop the points of
   that case's tables early (``transformer16_track`` first): 40 sampled cells of each node
   elimination's output of 40,000 points or more, and for each point whether every strategy
@@ -536,18 +537,18 @@ for lam, row, limit in ((0.0, 0, float(d["time"].min())), (float("inf"), -1, flo
     out(case="transformer16_min_sum", lam=lam, configs_kept=int(sum(k.size for k in keep)), configs=int(sum(cg.n_configs)),
         seconds_choose=runs["choose"], seconds_replay=runs["replay"], same=found["choose"] == found["replay"],
         memory=found["replay"][0], time=found["replay"][1])
-    if lam == 0.0:  # its reductions compiled (min_of_sums) and in NumPy's slabs, alternated
-        import importlib
-        minplus = importlib.import_module("tensoropt_py.engine.scalar")._minplus
-        most = minplus.MAX_FACTORS
-        runs, found = {{}}, {{}}
-        for mode in ("numpy", "compiled") * 3:
-            minplus.MAX_FACTORS = most if mode == "compiled" else 0
-            t0 = time.perf_counter(); opt = min_sum(g, lam); runs.setdefault(mode, []).append(time.perf_counter() - t0)
-            found.setdefault(mode, (opt.value, opt.choices.tobytes()))
-        minplus.MAX_FACTORS = most
-        out(case="transformer16_min_sum_reductions", lam=lam, seconds_numpy=runs["numpy"], seconds_compiled=runs["compiled"],
-            same=found["numpy"] == found["compiled"])
+    # its reductions compiled (min_of_sums; for inf, the lexicographic lex_min_of_sums) and in NumPy's slabs, alternated
+    import importlib
+    minplus = importlib.import_module("tensoropt_py.engine.scalar")._minplus
+    most = minplus.MAX_FACTORS
+    runs, found = {{}}, {{}}
+    for mode in ("numpy", "compiled") * 3:
+        minplus.MAX_FACTORS = most if mode == "compiled" else 0
+        t0 = time.perf_counter(); opt = min_sum(g, lam); runs.setdefault(mode, []).append(time.perf_counter() - t0)
+        found.setdefault(mode, (opt.value, opt.choices.tobytes()))
+    minplus.MAX_FACTORS = most
+    out(case="transformer16_min_sum_reductions", lam=lam, seconds_numpy=runs["numpy"], seconds_compiled=runs["compiled"],
+        same=found["numpy"] == found["compiled"])
 """,
     "transformer16_outside": r"""
 # bounds on the rest of the graph against the points of the default run's large tables

@@ -9,9 +9,16 @@ index at a time. The factors are added left to right, as NumPy's repeated ``+`` 
 the result is the same bit for bit. The public, validating entry point and its NumPy
 reference are :func:`tensoropt_py.engine.scalar.min_of_sums` and
 :func:`tensoropt_py.engine.scalar.min_of_sums_reference`.
+
+Given a second list of factors (a second cost component), the kernel also writes the
+lexicographic minimum: the least second sum among the first-axis indices whose first sum is
+within a relative ``rtol`` of the least first sum. The first pass keeps, per element, where the
+least first sum is and the next least one: where that one is not within ``rtol``, the second
+sum at the least is the answer, one element read per factor; only the elements with a tie take
+a second pass, which sums the first component again in the same order (the same numbers).
 """
 from libc.stdlib cimport malloc, free
-from libc.math cimport INFINITY
+from libc.math cimport INFINITY, fabs
 
 cimport numpy as cnp
 
@@ -64,11 +71,62 @@ cdef inline void _add(double* tmp, const char* p, i64 st, i64 n) noexcept nogil:
             tmp[t] = tmp[t] + (<const double*> (p + t * st))[0]
 
 
-def min_of_sums_kernel(list factors, tuple shape, cnp.ndarray out):
+cdef inline int _leading(const char** base, const i64* st0, const i64* ist, int F, i64 i, double* s) noexcept nogil:
+    """The factors before the first one that varies along the buffer, at first-axis index ``i``,
+    summed in order into ``s[0]``; returns the index of that first one (``F``: none varies)."""
+    cdef int f = 0
+    cdef double v
+    s[0] = 0.0
+    while f < F and ist[f] == 0:
+        v = (<const double*> (base[f] + i * st0[f]))[0]
+        s[0] = v if f == 0 else s[0] + v
+        f += 1
+    return f
+
+
+cdef inline void _row(double* tmp, const char** base, const i64* st0, const i64* ist, int F, i64 i,
+                      i64 n) noexcept nogil:
+    """``tmp[t]``, ``t < n``: the sum of ``F`` factors at first-axis index ``i`` along the buffer
+    (``base``: each factor's row start, ``st0``: its byte stride along the first axis, ``ist``:
+    along the buffer), added in the order of the first pass of :func:`min_of_sums_kernel`."""
+    cdef i64 t
+    cdef double s
+    cdef int f = _leading(base, st0, ist, F, i, &s)
+    if f == F:
+        for t in range(n):
+            tmp[t] = s
+        return
+    _start(tmp, base[f] + i * st0[f], ist[f], n, f > 0, s)
+    f += 1
+    while f < F:
+        _add(tmp, base[f] + i * st0[f], ist[f], n)
+        f += 1
+
+
+cdef inline double _point(const char** base, const i64* st0, const i64* ist, int F, i64 i, i64 t) noexcept nogil:
+    """Element ``t`` of what :func:`_row` writes, alone: the same additions in the same order."""
+    cdef double s, v
+    cdef int f = _leading(base, st0, ist, F, i, &s)
+    if f == F:
+        return s
+    v = (<const double*> (base[f] + i * st0[f] + t * ist[f]))[0]
+    s = s + v if f > 0 else v
+    f += 1
+    while f < F:
+        s = s + (<const double*> (base[f] + i * st0[f] + t * ist[f]))[0]
+        f += 1
+    return s
+
+
+def min_of_sums_kernel(list factors, tuple shape, cnp.ndarray out, list second=None, cnp.ndarray out2=None,
+                       double rtol=0.0):
     """``out[j] = min over i of sum(f[i, j] for f in factors)`` (checked input: float64 arrays
     of ``len(shape)`` dimensions, each of size ``shape[d]`` or 1 (broadcast), strides
-    multiples of 8 bytes; ``out`` C-contiguous float64 of shape ``shape[1:]``)."""
-    cdef int D = len(shape), F = len(factors), f, a, inner = -1
+    multiples of 8 bytes; ``out`` C-contiguous float64 of shape ``shape[1:]``). With ``second``
+    (factors of the same kind) and ``out2`` (like ``out``): ``out2[j]`` = the least
+    ``sum(g[i, j] for g in second)`` over the ``i`` where the first sum is at most
+    ``out[j] + rtol * |out[j]|`` (+inf where ``out[j]`` is)."""
+    cdef int D = len(shape), F = len(factors), F2 = 0 if second is None else len(second), f, a, inner = -1
     cdef i64 dims[MAXD]
     cdef i64 st[MAXF][MAXD]
     cdef i64 ost[MAXD]
@@ -81,8 +139,21 @@ def min_of_sums_kernel(list factors, tuple shape, cnp.ndarray out):
     cdef i64 ist[MAXF]  # byte stride of each factor along the buffer's axis (0: none)
     cdef double s = 0.0, v
     cdef cnp.ndarray arr
-    if D < 1 or D > MAXD or F < 1 or F > MAXF:
-        raise ValueError(f"min_of_sums_kernel: {D} dimensions and {F} factors (1..{MAXD}, 1..{MAXF})")
+    # the second component: its factors' strides, row starts and the pass's buffers
+    cdef i64 st2[MAXF][MAXD]
+    cdef const char* data2[MAXF]
+    cdef const char* base2[MAXF]
+    cdef i64 ist2[MAXF]
+    cdef i64 st0[MAXF]
+    cdef i64 st02[MAXF]
+    cdef double* tmp2
+    cdef double* mn2
+    cdef double* thr
+    if D < 1 or D > MAXD or F < 1 or F > MAXF or (second is not None and (F2 < 1 or F2 > MAXF)):
+        raise ValueError(f"min_of_sums_kernel: {D} dimensions and {F} (second: {F2}) factors "
+                         f"(1..{MAXD}, 1..{MAXF})")
+    if second is not None and (out2 is None or (<object> out2).shape != (<object> out).shape):
+        raise ValueError("min_of_sums_kernel: second needs out2 of out's shape")
     for a in range(D):
         dims[a] = shape[a]
     for f in range(F):
@@ -90,6 +161,13 @@ def min_of_sums_kernel(list factors, tuple shape, cnp.ndarray out):
         data[f] = <const char*> cnp.PyArray_DATA(arr)
         for a in range(D):
             st[f][a] = 0 if arr.shape[a] == 1 else arr.strides[a]
+        st0[f] = st[f][0]
+    for f in range(F2):
+        arr = second[f]
+        data2[f] = <const char*> cnp.PyArray_DATA(arr)
+        for a in range(D):
+            st2[f][a] = 0 if arr.shape[a] == 1 else arr.strides[a]
+        st02[f] = st2[f][0]
     # output strides in bytes (C order over shape[1:])
     k = sizeof(double)
     for a in range(D - 1, 0, -1):
@@ -102,14 +180,27 @@ def min_of_sums_kernel(list factors, tuple shape, cnp.ndarray out):
         n_inner = dims[inner]
     for f in range(F):
         ist[f] = st[f][inner] if inner > 0 else 0
+    for f in range(F2):
+        ist2[f] = st2[f][inner] if inner > 0 else 0
     for a in range(1, D):
         if a != inner:
             rows *= dims[a]
-    tmp = <double*> malloc(2 * n_inner * sizeof(double))
-    if tmp == NULL:
+    cdef i64 n_tied
+    cdef double x, y
+    tmp = <double*> malloc((6 if F2 else 2) * n_inner * sizeof(double))
+    cdef i64* arg = <i64*> malloc((2 * n_inner if F2 else 1) * sizeof(i64))
+    if tmp == NULL or arg == NULL:
+        free(tmp)
+        free(arg)
         raise MemoryError("min_of_sums_kernel: no memory for its row buffers")
     mn = tmp + n_inner
+    tmp2 = mn + n_inner
+    mn2 = tmp2 + n_inner
+    thr = mn2 + n_inner
+    cdef double* nxt = thr + n_inner  # per element: the least first sum but the one at arg
+    cdef i64* tied = arg + n_inner  # the elements whose least first sum has a tie
     cdef char* obuf = <char*> cnp.PyArray_DATA(out)
+    cdef char* obuf2 = NULL if out2 is None else <char*> cnp.PyArray_DATA(out2)
     cdef i64 inner_st_out = ost[inner] if inner > 0 else 0
     with nogil:
         for a in range(D):
@@ -124,9 +215,26 @@ def min_of_sums_kernel(list factors, tuple shape, cnp.ndarray out):
                 for a in range(1, D):
                     if a != inner:
                         base[f] += idx[a] * st[f][a]
+            for f in range(F2):
+                base2[f] = data2[f]
+                for a in range(1, D):
+                    if a != inner:
+                        base2[f] += idx[a] * st2[f][a]
             for t in range(n_inner):
                 mn[t] = INFINITY
-            for i in range(dims[0]):
+            for t in range(n_inner if F2 else 0):
+                nxt[t] = INFINITY
+                arg[t] = 0
+            for i in range(dims[0] if F2 else 0):
+                # also the index of the least first sum and the next least (branch-free)
+                _row(tmp, base, st0, ist, F, i, n_inner)
+                for t in range(n_inner):
+                    x = tmp[t]
+                    arg[t] = i if x < mn[t] else arg[t]
+                    y = x if x > mn[t] else mn[t]
+                    nxt[t] = y if y < nxt[t] else nxt[t]
+                    mn[t] = x if x < mn[t] else mn[t]
+            for i in range(0 if F2 else dims[0]):
                 # the leading factors that do not vary along the buffer are one number each:
                 # summed first, in their order, which is how every element's sum starts
                 f = 0
@@ -147,6 +255,38 @@ def min_of_sums_kernel(list factors, tuple shape, cnp.ndarray out):
                     mn[t] = tmp[t] if tmp[t] < mn[t] else mn[t]
             for t in range(n_inner):
                 (<double*> (obuf + obase + t * inner_st_out))[0] = mn[t]
+            if F2:
+                # where only the least first sum is within rtol of itself, the second sum there
+                # is the answer; the elements with a tie take a second pass over the first axis
+                n_tied = 0
+                for t in range(n_inner):
+                    thr[t] = mn[t] + rtol * fabs(mn[t])
+                    if mn[t] == INFINITY:  # no finite first sum: none for the second either
+                        mn2[t] = INFINITY
+                    elif nxt[t] <= thr[t]:
+                        mn2[t] = INFINITY
+                        tied[n_tied] = t
+                        n_tied += 1
+                    else:
+                        mn2[t] = _point(base2, st02, ist2, F2, arg[t], t)
+                if 4 * n_tied > n_inner:  # many: whole rows of both sums
+                    for i in range(dims[0]):
+                        _row(tmp, base, st0, ist, F, i, n_inner)
+                        _row(tmp2, base2, st02, ist2, F2, i, n_inner)
+                        for k in range(n_tied):
+                            t = tied[k]
+                            if tmp[t] <= thr[t] and tmp2[t] < mn2[t]:
+                                mn2[t] = tmp2[t]
+                elif n_tied:  # few: the sums at those elements alone
+                    for i in range(dims[0]):
+                        for k in range(n_tied):
+                            t = tied[k]
+                            if _point(base, st0, ist, F, i, t) <= thr[t]:
+                                x = _point(base2, st02, ist2, F2, i, t)
+                                if x < mn2[t]:
+                                    mn2[t] = x
+                for t in range(n_inner):
+                    (<double*> (obuf2 + obase + t * inner_st_out))[0] = mn2[t]
             # next row: the odometer over the output axes but the inner one (last fastest)
             for a in range(D - 1, 0, -1):
                 if a == inner:
@@ -156,4 +296,5 @@ def min_of_sums_kernel(list factors, tuple shape, cnp.ndarray out):
                     break
                 idx[a] = 0
     free(tmp)
+    free(arg)
     return out

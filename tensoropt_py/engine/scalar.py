@@ -29,7 +29,8 @@ from ..errors import InfeasibleError, InvalidInputError
 from ..units import parse_positive
 from .cost_graph import CostGraph, evaluate
 
-__all__ = ["ScalarOptimum", "min_sum", "min_of_sums", "min_of_sums_reference", "MAX_FACTOR_ENTRIES"]
+__all__ = ["ScalarOptimum", "min_sum", "min_of_sums", "min_of_sums_reference", "lex_min_of_sums",
+           "lex_min_of_sums_reference", "MAX_FACTOR_ENTRIES"]
 
 MAX_FACTOR_ENTRIES = 50_000_000
 """Largest factor (entries) :func:`min_sum` builds before refusing; an elimination may scan
@@ -90,14 +91,16 @@ _LEX_RTOL = 1e-12  # memory sums that differ only by rounding count as equal
 
 
 def _ties(mem, first, axis):
-    """Where ``mem`` equals its minimum ``first`` along ``axis`` (within ``_LEX_RTOL``)."""
+    """Where ``mem`` (a first component) equals its minimum ``first`` along ``axis`` (within
+    ``_LEX_RTOL``)."""
     with np.errstate(invalid="ignore"):
         return mem <= np.expand_dims(first + _LEX_RTOL * np.abs(first), axis)
 
 
 def _best(comps, axis):
     """Min over ``axis`` of costs given as one array per component (:func:`_weigh`'s trailing
-    axis split): lexicographic for (memory, time). Returns the components of the minimum."""
+    axis split): lexicographic for two (the first, then the second). Returns the components
+    of the minimum."""
     first = comps[0].min(axis=axis)
     if len(comps) == 1:
         return [first]
@@ -110,6 +113,37 @@ def _argbest(a, axis):
         return a[..., 0].argmin(axis=axis)
     first = a[..., 0].min(axis=axis)
     return np.where(_ties(a[..., 0], first, axis), a[..., 1], np.inf).argmin(axis=axis)
+
+
+def _checked_factors(factors, shape, who, what="factors"):
+    """``factors`` as float64 arrays the kernel can walk, and the shape of their sum, checked
+    for :func:`min_of_sums` and :func:`lex_min_of_sums` (``who``, ``what``: for the errors)."""
+    try:
+        arrays = [np.asarray(f, dtype=np.float64) for f in factors]
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"{who}: {what} must be arrays of numbers ({exc})") from None
+    if not arrays:
+        raise InvalidInputError(f"{who}: {what} must hold at least one array, got none")
+    ndim = arrays[0].ndim
+    if ndim < 1 or any(a.ndim != ndim for a in arrays):
+        raise InvalidInputError(f"{who}: every one of {what} must have one number of dimensions (>= 1), got "
+                                f"{[a.ndim for a in arrays]}")
+    try:
+        full = np.broadcast_shapes(*(a.shape for a in arrays))
+    except ValueError:
+        raise InvalidInputError(f"{who}: the shapes of {what} {[a.shape for a in arrays]} do not "
+                                f"broadcast") from None
+    shape = full if shape is None else tuple(int(n) for n in shape)
+    if len(shape) != ndim or any(n != m and n != 1 for a in arrays for n, m in zip(a.shape, shape)):
+        raise InvalidInputError(f"{who}: the shapes of {what} {[a.shape for a in arrays]} do not broadcast to "
+                                f"shape {shape}")
+    if min(shape) < 1:
+        raise InvalidInputError(f"{who}: shape {shape} has an empty axis")
+    for k, a in enumerate(arrays):
+        if np.isnan(a).any():
+            raise InvalidInputError(f"{who}: {what}[{k}] holds NaN")
+    # views are read in place where their strides are whole float64s (the kernel walks any such)
+    return [a if all(s % 8 == 0 for s in a.strides) else np.ascontiguousarray(a) for a in arrays], shape
 
 
 def min_of_sums(factors, shape=None):
@@ -144,34 +178,8 @@ def min_of_sums(factors, shape=None):
     >>> min_of_sums([a, b]).tolist()
     [5.0, 1.0]
     """
-    try:
-        arrays = [np.asarray(f, dtype=np.float64) for f in factors]
-    except (TypeError, ValueError) as exc:
-        raise InvalidInputError(f"min_of_sums: factors must be arrays of numbers ({exc})") from None
-    if not arrays:
-        raise InvalidInputError("min_of_sums: factors must hold at least one array, got none")
-    ndim = arrays[0].ndim
-    if ndim < 1 or any(a.ndim != ndim for a in arrays):
-        raise InvalidInputError(f"min_of_sums: every factor must have one number of dimensions (>= 1), got "
-                                f"{[a.ndim for a in arrays]}")
-    try:
-        full = np.broadcast_shapes(*(a.shape for a in arrays))
-    except ValueError:
-        raise InvalidInputError(f"min_of_sums: the factors' shapes {[a.shape for a in arrays]} do not "
-                                f"broadcast") from None
-    shape = full if shape is None else tuple(int(n) for n in shape)
-    if len(shape) != ndim or any(n != m and n != 1 for a in arrays for n, m in zip(a.shape, shape)):
-        raise InvalidInputError(f"min_of_sums: the factors' shapes {[a.shape for a in arrays]} do not broadcast to "
-                                f"shape {shape}")
-    if min(shape) < 1:
-        raise InvalidInputError(f"min_of_sums: shape {shape} has an empty axis")
-    for k, a in enumerate(arrays):
-        if np.isnan(a).any():
-            raise InvalidInputError(f"min_of_sums: factors[{k}] holds NaN")
-    out = np.empty(shape[1:])
-    # views are read in place where their strides are whole float64s (the kernel walks any such)
-    arrays = [a if all(s % 8 == 0 for s in a.strides) else np.ascontiguousarray(a) for a in arrays]
-    return _minplus.min_of_sums_kernel(arrays, shape, out)
+    arrays, shape = _checked_factors(factors, shape, "min_of_sums")
+    return _minplus.min_of_sums_kernel(arrays, tuple(shape), np.empty(shape[1:]))
 
 
 def min_of_sums_reference(factors, shape=None):
@@ -183,20 +191,102 @@ def min_of_sums_reference(factors, shape=None):
     return np.broadcast_to(total, total.shape if shape is None else tuple(shape)).min(axis=0)
 
 
+def lex_min_of_sums(first, second, shape=None, rtol=0.0):
+    """The lexicographic least over the first axis of two sums of broadcast factors (the
+    min-plus step of :func:`min_sum` with two cost components compared in order), compiled.
+
+    Parameters
+    ----------
+    first : sequence of array_like of float
+        The factors of the first component, as in :func:`min_of_sums`, each entry >= 0
+        (+inf allowed).
+    second : sequence of array_like of float
+        The factors of the second component, of the same shape of sum, each entry >= 0.
+    shape : sequence of int or None
+        The shape of the sums (None: the broadcast of the first component's shapes).
+    rtol : float >= 0
+        First sums within this relative distance of the least count as equal to it.
+
+    Returns
+    -------
+    (ndarray, ndarray) of float64, each of shape ``shape[1:]``
+        ``min over i`` of the first sum, and the least second sum over the ``i`` whose first
+        sum is at most that minimum plus ``rtol`` times its magnitude (+inf where the minimum
+        is +inf); equal bit for bit to :func:`lex_min_of_sums_reference`.
+
+    Raises
+    ------
+    InvalidInputError
+        For what :func:`min_of_sums` refuses, in either list; a negative entry; sums of
+        different shapes; a negative or non-finite ``rtol``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> t = np.array([[1.0], [1.0], [2.0]])  # time of 3 configs: two tie for the least
+    >>> m = np.array([[5.0], [3.0], [1.0]])  # their memory: the second of the tie is smaller
+    >>> [a.tolist() for a in lex_min_of_sums([t], [m])]
+    [[1.0], [3.0]]
+    """
+    a, shape = _checked_factors(first, shape, "lex_min_of_sums", "first")
+    b, _ = _checked_factors(second, shape, "lex_min_of_sums", "second")
+    for what, arrays in (("first", a), ("second", b)):
+        for k, x in enumerate(arrays):
+            if (x < 0).any():  # costs: a tie is then within rtol of a value >= 0
+                raise InvalidInputError(f"lex_min_of_sums: {what}[{k}] holds a negative value, "
+                                        f"{float(x[x < 0].flat[0])}; costs must be >= 0")
+    try:
+        rtol = float(rtol)
+    except (TypeError, ValueError):
+        raise InvalidInputError(f"lex_min_of_sums: rtol must be a finite float >= 0, got {rtol!r}") from None
+    if not (math.isfinite(rtol) and rtol >= 0):
+        raise InvalidInputError(f"lex_min_of_sums: rtol must be a finite float >= 0, got {rtol!r}")
+    out, out2 = np.empty(shape[1:]), np.empty(shape[1:])
+    _minplus.min_of_sums_kernel(a, tuple(shape), out, b, out2, rtol)
+    return out, out2
+
+
+def lex_min_of_sums_reference(first, second, shape=None, rtol=0.0):
+    """:func:`lex_min_of_sums` in NumPy: both sums whole, the least first one, then the least
+    second one where the first ties with it."""
+    sums = []
+    for factors in (first, second):
+        arrays = [np.asarray(f, dtype=np.float64) for f in factors]
+        total = arrays[0]
+        for x in arrays[1:]:
+            total = total + x
+        sums.append(total)
+    if shape is None:
+        shape = sums[0].shape
+    t1, t2 = (np.broadcast_to(x, tuple(shape)) for x in sums)
+    least = t1.min(axis=0)
+    with np.errstate(invalid="ignore"):
+        ties = t1 <= least + rtol * np.abs(least)
+    second_least = np.minimum.reduce(t2, axis=0, where=ties, initial=np.inf)
+    return least, np.where(np.isinf(least), np.inf, second_least)
+
+
 def _reduce_slabs(subs, shape, width):
     """:func:`_best` over axis 0 of the sum of broadcastable factors ``subs`` (the factors
     around the node eliminated, each a list of ``width`` contiguous arrays, one per cost
-    component; full ``shape``). One component (a finite lam): compiled, :func:`min_of_sums`
-    (the Transformer@16's fastest strategy on its screened configs, ``benchmarks/bench_scale.py
+    component; full ``shape``). Compiled, :func:`min_of_sums` for one component (a finite lam;
+    the Transformer@16's fastest strategy on its screened configs, ``benchmarks/bench_scale.py
     --cases transformer16_min_sum``: 0.50 to 0.60 s against 0.67 to 0.79 s with NumPy's
-    reductions). Two (memory, then time): in NumPy, in slabs along the largest other
-    axis, so that the whole sum is never held at once; components summed apart, as a
-    trailing axis of 2 would make every broadcast addition an inner loop of length 2 (8x
-    slower)."""
+    reductions), :func:`lex_min_of_sums` for two compared in order. Past the kernel's limits on
+    dimensions and factors: in NumPy, in slabs along the largest other axis, so that the
+    whole sum is never held at once; components summed apart, as a trailing axis of 2 would
+    make every broadcast addition an inner loop of length 2 (8x slower)."""
     red = np.empty(list(shape[1:]) + [width])
-    if width == 1 and len(shape) <= _minplus.MAX_DIMS and len(subs) <= _minplus.MAX_FACTORS:
-        # one pass, no sum held: the same numbers (the factors are added in the same order)
-        _minplus.min_of_sums_kernel([comps[0] for comps in subs], tuple(shape), red.reshape(shape[1:]))
+    if len(shape) <= _minplus.MAX_DIMS and len(subs) <= _minplus.MAX_FACTORS:
+        # one pass per component, no sum held: the same numbers (the factors are added in the
+        # same order, and the ties are those of _best)
+        if width == 1:
+            _minplus.min_of_sums_kernel([comps[0] for comps in subs], tuple(shape), red.reshape(shape[1:]))
+        else:
+            first, second = np.empty(shape[1:]), np.empty(shape[1:])
+            _minplus.min_of_sums_kernel([comps[0] for comps in subs], tuple(shape), first,
+                                        [comps[1] for comps in subs], second, _LEX_RTOL)
+            red[..., 0], red[..., 1] = first, second
         return red
     q = 1 + int(np.argmax(shape[1:])) if len(shape) > 1 else 0
     step = max(1, _SLAB_ENTRIES // max(1, math.prod(shape) // max(shape[q], 1))) if q else 1
