@@ -30,7 +30,12 @@ sys.path.insert(0, ROOT)
 from tensoropt_py.elimination import combine_ragged, reduce_ragged  # noqa: E402
 from tensoropt_py.elimination.reference import combine_reference, reduce_ragged_reference  # noqa: E402
 from tensoropt_py.engine import CostGraph, reduce, track  # noqa: E402
-from tensoropt_py.engine.scalar import min_of_sums, min_of_sums_reference  # noqa: E402
+from tensoropt_py.engine.scalar import (  # noqa: E402
+    lex_min_of_sums,
+    lex_min_of_sums_reference,
+    min_of_sums,
+    min_of_sums_reference,
+)
 from tensoropt_py.engine.random_graphs import random_chain, random_layered_dag  # noqa: E402
 
 
@@ -105,6 +110,14 @@ def bench_kernels(quick):
     tr, b = timed(min_of_sums_reference, factors, shape, repeat=5)
     rows.append(["min_of_sums (min_sum's min-plus step)", int(np.prod(shape)), int(a.size), f"{tc * 1e3:.2f}", f"{tr * 1e3:.0f}",
                  f"{tr / tc:.1f}x", bool(np.array_equal(a, b))])
+    # the same step for two components compared in order (min_sum's lam = inf: memory, then
+    # time), with a first component of real values (ties rare) and of 3 levels (ties everywhere)
+    second = [rng.random(f.shape) for f in factors]
+    for label, first in (("rare ties", factors), ("dense ties", [np.round(2 * f) for f in factors])):
+        tc, a = timed(lex_min_of_sums, first, second, shape, 1e-12, repeat=5)
+        tr, b = timed(lex_min_of_sums_reference, first, second, shape, 1e-12, repeat=5)
+        rows.append([f"lex_min_of_sums ({label})", int(np.prod(shape)), int(a[0].size), f"{tc * 1e3:.2f}",
+                     f"{tr * 1e3:.0f}", f"{tr / tc:.1f}x", all(np.array_equal(x, y) for x, y in zip(a, b))])
     table(rows, ["kernel", "input terms/points", "output points", "compiled ms", "reference ms", "speed-up", "identical"])
 
 
