@@ -12,7 +12,8 @@ table over the classes of configs its inputs can tell apart), and the
 node whose elimination builds the smallest factor (ties: smaller degree, then index) goes first.
 It shares no code with the frontier tracking (no frontier tables, none of their kernels; its
 min-plus step, the least over the node eliminated of its factors' sum, has a compiled kernel of
-its own, :func:`min_of_sums`, checked against :func:`min_of_sums_reference`).
+its own, :func:`min_of_sums`, checked against :func:`min_of_sums_reference`, and for ``lam =
+inf`` :func:`lex_min_of_sums` against :func:`lex_min_of_sums_reference`).
 """
 
 from __future__ import annotations
@@ -278,8 +279,8 @@ def _reduce_slabs(subs, shape, width):
     make every broadcast addition an inner loop of length 2 (8x slower)."""
     red = np.empty(list(shape[1:]) + [width])
     if len(shape) <= _minplus.MAX_DIMS and len(subs) <= _minplus.MAX_FACTORS:
-        # one pass per component, no sum held: the same numbers (the factors are added in the
-        # same order, and the ties are those of _best)
+        # no sum held: the same numbers (the factors are added in the same order, and the
+        # ties are those of _best)
         if width == 1:
             _minplus.min_of_sums_kernel([comps[0] for comps in subs], tuple(shape), red.reshape(shape[1:]))
         else:
