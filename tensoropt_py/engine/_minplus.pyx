@@ -118,6 +118,19 @@ cdef inline double _point(const char** base, const i64* st0, const i64* ist, int
     return s
 
 
+cdef void _walk(list factors, int D, const char** data, i64 (*st)[MAXD], i64* st0):
+    """Each factor's data and byte strides (0 along a broadcast axis), and its stride along the
+    first axis apart."""
+    cdef int f, a
+    cdef cnp.ndarray arr
+    for f in range(len(factors)):
+        arr = factors[f]
+        data[f] = <const char*> cnp.PyArray_DATA(arr)
+        for a in range(D):
+            st[f][a] = 0 if arr.shape[a] == 1 else arr.strides[a]
+        st0[f] = st[f][0]
+
+
 def min_of_sums_kernel(list factors, tuple shape, cnp.ndarray out, list second=None, cnp.ndarray out2=None,
                        double rtol=0.0):
     """``out[j] = min over i of sum(f[i, j] for f in factors)`` (checked input: float64 arrays
@@ -138,7 +151,6 @@ def min_of_sums_kernel(list factors, tuple shape, cnp.ndarray out, list second=N
     cdef double* mn
     cdef i64 ist[MAXF]  # byte stride of each factor along the buffer's axis (0: none)
     cdef double s = 0.0, v
-    cdef cnp.ndarray arr
     # the second component: its factors' strides, row starts and the pass's buffers
     cdef i64 st2[MAXF][MAXD]
     cdef const char* data2[MAXF]
@@ -156,18 +168,9 @@ def min_of_sums_kernel(list factors, tuple shape, cnp.ndarray out, list second=N
         raise ValueError("min_of_sums_kernel: second needs out2 of out's shape")
     for a in range(D):
         dims[a] = shape[a]
-    for f in range(F):
-        arr = factors[f]
-        data[f] = <const char*> cnp.PyArray_DATA(arr)
-        for a in range(D):
-            st[f][a] = 0 if arr.shape[a] == 1 else arr.strides[a]
-        st0[f] = st[f][0]
-    for f in range(F2):
-        arr = second[f]
-        data2[f] = <const char*> cnp.PyArray_DATA(arr)
-        for a in range(D):
-            st2[f][a] = 0 if arr.shape[a] == 1 else arr.strides[a]
-        st02[f] = st2[f][0]
+    _walk(factors, D, data, st, st0)
+    if F2:
+        _walk(second, D, data2, st2, st02)
     # output strides in bytes (C order over shape[1:])
     k = sizeof(double)
     for a in range(D - 1, 0, -1):
