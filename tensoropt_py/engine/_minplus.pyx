@@ -88,7 +88,8 @@ cdef inline void _row(double* tmp, const char** base, const i64* st0, const i64*
                       i64 n) noexcept nogil:
     """``tmp[t]``, ``t < n``: the sum of ``F`` factors at first-axis index ``i`` along the buffer
     (``base``: each factor's row start, ``st0``: its byte stride along the first axis, ``ist``:
-    along the buffer), added in the order of the first pass of :func:`min_of_sums_kernel`."""
+    along the buffer), added left to right: the leading factors that do not vary along the
+    buffer are one number each, summed first, which is how every element's sum starts."""
     cdef i64 t
     cdef double s
     cdef int f = _leading(base, st0, ist, F, i, &s)
@@ -150,7 +151,6 @@ def min_of_sums_kernel(list factors, tuple shape, cnp.ndarray out, list second=N
     cdef double* tmp
     cdef double* mn
     cdef i64 ist[MAXF]  # byte stride of each factor along the buffer's axis (0: none)
-    cdef double s = 0.0, v
     # the second component: its factors' strides, row starts and the pass's buffers
     cdef i64 st2[MAXF][MAXD]
     cdef const char* data2[MAXF]
@@ -228,6 +228,10 @@ def min_of_sums_kernel(list factors, tuple shape, cnp.ndarray out, list second=N
             for t in range(n_inner if F2 else 0):
                 nxt[t] = INFINITY
                 arg[t] = 0
+            for i in range(0 if F2 else dims[0]):
+                _row(tmp, base, st0, ist, F, i, n_inner)
+                for t in range(n_inner):  # a store every time: branch-free, so it vectorises
+                    mn[t] = tmp[t] if tmp[t] < mn[t] else mn[t]
             for i in range(dims[0] if F2 else 0):
                 # also the index of the least first sum and the next least (branch-free)
                 _row(tmp, base, st0, ist, F, i, n_inner)
@@ -237,25 +241,6 @@ def min_of_sums_kernel(list factors, tuple shape, cnp.ndarray out, list second=N
                     y = x if x > mn[t] else mn[t]
                     nxt[t] = y if y < nxt[t] else nxt[t]
                     mn[t] = x if x < mn[t] else mn[t]
-            for i in range(0 if F2 else dims[0]):
-                # the leading factors that do not vary along the buffer are one number each:
-                # summed first, in their order, which is how every element's sum starts
-                f = 0
-                while f < F and ist[f] == 0:
-                    v = (<const double*> (base[f] + i * st[f][0]))[0]
-                    s = v if f == 0 else s + v
-                    f += 1
-                if f == F:
-                    for t in range(n_inner):
-                        mn[t] = s if s < mn[t] else mn[t]
-                    continue
-                _start(tmp, base[f] + i * st[f][0], ist[f], n_inner, f > 0, s)
-                f += 1
-                while f < F:
-                    _add(tmp, base[f] + i * st[f][0], ist[f], n_inner)
-                    f += 1
-                for t in range(n_inner):  # a store every time: branch-free, so it vectorises
-                    mn[t] = tmp[t] if tmp[t] < mn[t] else mn[t]
             for t in range(n_inner):
                 (<double*> (obuf + obase + t * inner_st_out))[0] = mn[t]
             if F2:

@@ -183,12 +183,18 @@ def min_of_sums(factors, shape=None):
     return _minplus.min_of_sums_kernel(arrays, tuple(shape), np.empty(shape[1:]))
 
 
-def min_of_sums_reference(factors, shape=None):
-    """:func:`min_of_sums` in NumPy: the whole sum, then its minimum over the first axis."""
+def _sum_reference(factors):
+    """The factors' sum in NumPy, added left to right."""
     arrays = [np.asarray(f, dtype=np.float64) for f in factors]
     total = arrays[0]
     for a in arrays[1:]:
         total = total + a
+    return total
+
+
+def min_of_sums_reference(factors, shape=None):
+    """:func:`min_of_sums` in NumPy: the whole sum, then its minimum over the first axis."""
+    total = _sum_reference(factors)
     return np.broadcast_to(total, total.shape if shape is None else tuple(shape)).min(axis=0)
 
 
@@ -250,13 +256,7 @@ def lex_min_of_sums(first, second, shape=None, rtol=0.0):
 def lex_min_of_sums_reference(first, second, shape=None, rtol=0.0):
     """:func:`lex_min_of_sums` in NumPy: both sums whole, the least first one, then the least
     second one where the first ties with it."""
-    sums = []
-    for factors in (first, second):
-        arrays = [np.asarray(f, dtype=np.float64) for f in factors]
-        total = arrays[0]
-        for x in arrays[1:]:
-            total = total + x
-        sums.append(total)
+    sums = [_sum_reference(first), _sum_reference(second)]
     if shape is None:
         shape = sums[0].shape
     t1, t2 = (np.broadcast_to(x, tuple(shape)) for x in sums)
