@@ -10,6 +10,14 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   the exact single-objective optima (:func:`tensoropt_py.engine.min_sum`), and the
   measured gap of the frontier's ``min(time + lam * memory)`` to the exact optimum for
   several ``lam`` (how approximate the default frontier is, measured);
+* ``fastest_ties``: the fastest anchor where several strategies share the least time: on zoo
+  models at 8 devices of ``v100-2x8`` (and the Transformer at 16), the first pass of
+  :func:`~tensoropt_py.engine.min_sum` at ``lam = 0`` (least time alone), whether its decoding
+  met a tie, and the smallest of the fastest strategies (time, then memory): memories and
+  seconds; and random integer-cost chains, whose fastest strategies tie often, tracked with
+  heuristics and epsilon (anchors on), on 1 and 2 threads, with the tie solve and without it
+  (the first fastest strategy the one-component solve finds): how many fastest ends equal the
+  exact frontier's (time and memory) and how many frontiers the two thread counts agree on;
 * ``transformer16_limits``: what stands between that case and seconds: ``track`` without
   anchors at epsilon 1e-3, 3e-3 and 1e-2 (seconds, points, proven bound, product terms and
   points combined), and the configs the relaxation bounds prove useless given its default
@@ -208,7 +216,7 @@ out(case="transformer16_track", seconds=t1 - t0, points=len(fr), heuristic=fr.n_
     work_capped=st.get("work_capped", 0), work_restricted=st.get("work_restricted", 0), epsilon=fr.epsilon,
     bound=fr.memory_bound_factor, epsilon_from_combine=st.get("epsilon_from_combine"),
     auto_exact_attempt=st.get("auto_exact_attempt"),
-    anchors=str(st.get("anchors"))[:80], anchor_s=st.get("anchor_seconds"), peak_gib=st["peak_table_bytes"] / 2**30,
+    anchors=str(st.get("anchors"))[:80], anchor_ties=st.get("anchor_ties"), anchor_s=st.get("anchor_seconds"), peak_gib=st["peak_table_bytes"] / 2**30,
     fastest=[float(fr.memory[-1]), float(fr.time[-1])], smallest=[float(fr.memory[0]), float(fr.time[0])])
 np.savez(T16_FRONTIER, memory=fr.memory, time=fr.time)
 """,
@@ -225,6 +233,50 @@ for lam in [0.0, 1e-11, 3e-11, 1e-10, 3e-10, float("inf")]:
     fmin = float(m.min()) if np.isinf(lam) else float((t + lam * m).min())
     out(case="min_sum", lam=lam, seconds=s, exact=o.value, frontier=fmin, rel_gap=(fmin - o.value) / o.value,
         memory=o.memory, time=o.time)
+""",
+    "fastest_ties": r"""
+import importlib
+scalar = importlib.import_module("tensoropt_py.engine.scalar")
+track_mod = importlib.import_module("tensoropt_py.engine.track")
+from tensoropt_py.engine.random_graphs import random_chain
+for name, devices in (("transformer", 8), ("wide_resnet", 8), ("bert_large", 8), ("gpt2", 8), ("vgg16", 8),
+                      ("rnn", 8), ("transformer", 16)):
+    cg = build_cost_graph(getattr(zoo, name)(), to.Cluster.preset("v100-2x8"), devices).cost_graph
+    t0 = time.perf_counter()
+    try:
+        first, tied, work = scalar._min_sum_within(cg, 0.0, scalar.MAX_FACTOR_ENTRIES, scalar.MAX_FACTOR_ENTRIES, 2e9)
+    except Exception as exc:
+        out(case="fastest_ties", model=name, devices=devices, error=f"{{type(exc).__name__}}: {{exc}}"[:200])
+        continue
+    t1 = time.perf_counter()
+    row = dict(case="fastest_ties", model=name, devices=devices, work=work, first_s=t1 - t0, tied=tied,
+               first_memory=first.memory, time=first.time)
+    if tied and work <= 4e8:
+        smallest, _, _ = scalar._min_sum_within(cg, 0.0, scalar.MAX_FACTOR_ENTRIES, scalar.MAX_FACTOR_ENTRIES, None,
+                                                time_first=True)
+        row.update(tie_solve_s=time.perf_counter() - t1, smallest_memory=smallest.memory, smallest_time=smallest.time,
+                   memory_saved=1 - smallest.memory / first.memory)
+    out(**row)
+rng = np.random.default_rng(0)
+cases = [(int(rng.integers(5, 30)), int(rng.integers(3, 15)), int(rng.integers(2, 5)) if rng.random() < 0.5 else None,
+          int(rng.integers(1, 3)), int(rng.integers(1 << 30))) for _ in range(300)]
+kwargs = dict(max_merged_configs=10000, max_step_work=1e3, epsilon=0.01)
+most = track_mod._TIE_MAX_WORK
+for label, cap in (("tie solve", most), ("first fastest found", 0)):
+    track_mod._TIE_MAX_WORK = cap
+    equal, agree, excess, t0 = 0, 0, [], time.perf_counter()
+    for n, k, layouts, options, seed in cases:
+        cg = random_chain(n, k, layouts=layouts, options=options, seed=seed, integer_costs=True)
+        exact = track(cg, exact=True)
+        runs = [track(cg, threads=threads, **kwargs) for threads in (1, 2)]
+        i, j = int(np.argmin(exact.time)), int(np.argmin(runs[0].time))
+        equal += bool(runs[0].time[j] == exact.time[i] and runs[0].memory[j] == exact.memory[i])
+        excess.append(runs[0].memory[j] / exact.memory[i] - 1)
+        agree += bool(np.array_equal(runs[0].memory, runs[1].memory) and np.array_equal(runs[0].time, runs[1].time))
+    out(case="fastest_ties_chains", anchor=label, chains=len(cases), fastest_end_exact=equal, threads_agree=agree,
+        worst_memory_excess=float(max(excess)), median_excess_where_worse=float(np.median([e for e in excess if e > 0]))
+        if any(e > 0 for e in excess) else 0.0, seconds=time.perf_counter() - t0)
+track_mod._TIE_MAX_WORK = most
 """,
     "transformer16_limits": r"""
 from tensoropt_py.engine.screen import lam_grid, relaxation_bounds, screen_out
@@ -531,7 +583,7 @@ for lam, row, limit in ((0.0, 0, float(d["time"].min())), (float("inf"), -1, flo
     for mode in ("choose", "replay", "choose", "replay"):
         t0 = time.perf_counter()
         work, plan = _eliminate(g, lam, MAX_FACTOR_ENTRIES, numeric=False)
-        opt = _eliminate(g, lam, MAX_FACTOR_ENTRIES, numeric=True, plan=plan if mode == "replay" else None)
+        opt, _ = _eliminate(g, lam, MAX_FACTOR_ENTRIES, numeric=True, plan=plan if mode == "replay" else None)
         runs.setdefault(mode, []).append(time.perf_counter() - t0)
         found.setdefault(mode, (opt.memory, opt.time))
     out(case="transformer16_min_sum", lam=lam, configs_kept=int(sum(k.size for k in keep)), configs=int(sum(cg.n_configs)),
@@ -924,6 +976,7 @@ for preset, devices in {llama_runs}:
     out(case="llama", devices=devices, meshes=mcg.meshes, seconds=time.perf_counter() - t0, points=len(fr),
         epsilon=fr.epsilon, bound=fr.memory_bound_factor, heuristic=fr.n_heuristic,
         work_capped=st.get("work_capped", 0), work_restricted=st.get("work_restricted", 0), anchors=str(st.get("anchors"))[:80],
+        anchor_ties=st.get("anchor_ties"),
         end_gaps=st.get("end_gaps"), descent_points=st.get("descent_points"), descent_gain=st.get("descent_gain"),
         anchor_s=st.get("anchor_seconds"),
         retries=st.get("memory_limit_retries"), peak_gib=st["peak_table_bytes"] / 2**30,
@@ -943,7 +996,8 @@ for name in {paper_models}:
         graph=str(cg), points=len(fr), heuristic=fr.n_heuristic, work_capped=st.get("work_capped", 0), work_restricted=st.get("work_restricted", 0),
         epsilon=fr.epsilon, bound=fr.memory_bound_factor,
         epsilon_from_combine=st.get("epsilon_from_combine"), auto_exact_attempt=st.get("auto_exact_attempt"),
-        anchors=str(st.get("anchors"))[:80], end_gaps=st.get("end_gaps"), anchor_s=st.get("anchor_seconds"),
+        anchors=str(st.get("anchors"))[:80], anchor_ties=st.get("anchor_ties"), end_gaps=st.get("end_gaps"),
+        anchor_s=st.get("anchor_seconds"),
         peak_gib=st["peak_table_bytes"] / 2**30,
         fastest=[float(fr.memory[-1]), float(fr.time[-1])], smallest=[float(fr.memory[0]), float(fr.time[0])])
     if {paper_uncapped} and st.get("work_capped"):

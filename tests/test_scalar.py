@@ -54,6 +54,45 @@ def test_min_sum_equals_exact_frontier_min(method, seed):
         assert min_sum(cg, lam).value == pytest.approx(_frontier_min(fr, lam), rel=1e-9)
 
 
+def _fastest_of_brute_force(cg):
+    """(time, memory) of the smallest of the fastest strategies, by enumeration."""
+    bf = brute_force_frontier(cg)
+    i = int(np.argmin(bf.time))  # a frontier holds one point of least time: the least memory of those
+    return float(bf.time[i]), float(bf.memory[i])
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_fastest_optimum_is_the_smallest_of_the_fastest_strategies(seed):
+    # integer costs: many strategies share the least time, with other memories (and edge options
+    # of equal time and other memories), which the least time alone does not tell apart
+    if seed % 3 == 0:
+        cg = random_chain(6, 4, layouts=2 if seed % 2 else None, options=2, seed=seed, integer_costs=True)
+    elif seed % 3 == 1:
+        cg = random_cyclic_graph(n_nodes=6, max_k=4, edge_prob=0.6, seed=seed)
+    else:
+        cg = random_layered_dag(3, 2, 3, layouts=2, options=2, seed=seed, integer_costs=True)
+    opt = min_sum(cg, 0.0)
+    _check(cg, opt, 0.0)
+    assert (opt.time, opt.memory) == _fastest_of_brute_force(cg)
+
+
+def test_ties_of_the_least_time_are_found_and_only_where_they_are():
+    import importlib
+
+    scalar_mod = importlib.import_module("tensoropt_py.engine.scalar")
+    found = []
+    for seed in range(12):
+        for integer_costs in (False, True):
+            cg = random_chain(6, 4, layouts=2, options=2, seed=seed, integer_costs=integer_costs)
+            opt, tied, _ = scalar_mod._min_sum_within(cg, 0.0, 10**6, 10**6, None)
+            if not integer_costs:  # costs drawn from a continuum: one fastest strategy
+                assert not tied
+            elif not tied:  # then no other strategy is as fast with less memory
+                assert (opt.time, opt.memory) == _fastest_of_brute_force(cg)
+            found.append(tied)
+    assert any(found)
+
+
 @pytest.mark.parametrize("model", ["mlp", "small_transformer"])
 def test_min_sum_equals_frontier_on_zoo_model(model):
     g = getattr(zoo, model)()
@@ -196,9 +235,10 @@ def test_optima_solved_beside_a_run_equal_the_whole_graph_optima(seed):
     beside = track_mod._BackgroundOptima(cg, 1 << 30, threads=2, entries_after=track_mod._entries(1 << 30))
     try:
         beside.smallest_below(np.append(mem[np.isfinite(mem)], small.memory))
-        m, t = evaluate(cg, *beside.optimum(0.0))
-        assert t[0] == pytest.approx(fast.time, rel=1e-12)
-        m, t = evaluate(cg, *beside.optimum(np.inf))
+        fastest = beside.optimum(0.0)
+        m, t = evaluate(cg, fastest.choices, fastest.edge_choices)
+        assert (m[0], t[0]) == (pytest.approx(fast.memory, rel=1e-12), pytest.approx(fast.time, rel=1e-12))
+        m, t = evaluate(cg, *beside.optimum(np.inf)[:2])
         assert (m[0], t[0]) == (pytest.approx(small.memory, rel=1e-12), pytest.approx(small.time, rel=1e-12))
         assert beside.used == ["fastest", "smallest"]
     finally:
@@ -393,15 +433,15 @@ def test_an_end_refused_beside_the_run_is_tried_again_only_where_it_could_pass(m
     monkeypatch.setattr(track_mod, "_screened_optimum", screened)
     mem, tim = np.array([fast.memory * 2]), np.array([fast.time * 2])  # an achievable point, far from the optimum
     too_wide = track_mod._Refusal("lam=0: too wide", entries + 1, fast.time * 1.5)
-    ch, _, skipped, _ = track_mod._optima(cg, (0.0,), 1 << 30, mem, tim, background=_Refused(rb, {0.0: too_wide}))
+    ch, _, skipped, _, _ = track_mod._optima(cg, (0.0,), 1 << 30, mem, tim, background=_Refused(rb, {0.0: too_wide}))
     assert ch is None and skipped == [(0.0, "lam=0: too wide")] and tried == []
     # the refusal's graph was screened by a weaker limit than the run's: tried again, on the run's
     weaker = track_mod._Refusal("lam=0: too wide", entries + 1, fast.time * 3)
-    ch, ech, skipped, _ = track_mod._optima(cg, (0.0,), 1 << 30, mem, tim, background=_Refused(rb, {0.0: weaker}))
+    ch, ech, skipped, _, _ = track_mod._optima(cg, (0.0,), 1 << 30, mem, tim, background=_Refused(rb, {0.0: weaker}))
     assert tried == [(0.0, fast.time * 2)] and not skipped
     tried.clear()
     room = track_mod._Refusal("lam=0: too wide for the thread", entries, fast.time * 1.5)
-    ch, ech, skipped, _ = track_mod._optima(cg, (0.0,), 1 << 30, mem, tim, background=_Refused(rb, {0.0: room}))
+    ch, ech, skipped, _, _ = track_mod._optima(cg, (0.0,), 1 << 30, mem, tim, background=_Refused(rb, {0.0: room}))
     assert tried == [(0.0, fast.time * 1.5)] and not skipped
     assert evaluate(cg, ch, ech)[1][0] == pytest.approx(fast.time, rel=1e-12)
 
@@ -450,16 +490,52 @@ def test_ends_solved_on_screened_configs_equal_the_whole_graph_optima(seed):
     # from random strategies (loose bounds) and from the exact frontier (the tightest screening)
     lams = (0.0, np.inf, 1e-7, 1e-6)
     for mem, tim in ((np.append(mem[ok], bf.memory[-1]), np.append(tim[ok], bf.time[-1])), (bf.memory, bf.time)):
-        ach, aech, skipped, _ = track_mod._optima(cg, lams, 1 << 30, mem, tim)
-        assert not skipped
+        ach, aech, skipped, _, ties = track_mod._optima(cg, lams, 1 << 30, mem, tim)
+        assert not skipped and not ties
         # solved four at once (memory for all of them): the same strategies
-        pch, pech, pskipped, _ = track_mod._optima(cg, lams, 1 << 40, mem, tim, threads=4)
+        pch, pech, pskipped, _, _ = track_mod._optima(cg, lams, 1 << 40, mem, tim, threads=4)
         assert not pskipped and np.array_equal(pch, ach) and np.array_equal(pech, aech)
         am, at = evaluate(cg, ach, aech)
-        assert at[0] == pytest.approx(bf.time.min(), rel=1e-12)
+        # the fastest: of least memory among the fastest strategies (the frontier's last point)
+        assert (am[0], at[0]) == (pytest.approx(bf.memory[-1], rel=1e-12), pytest.approx(bf.time[-1], rel=1e-12))
         assert (am[1], at[1]) == (pytest.approx(bf.memory[0], rel=1e-12), pytest.approx(bf.time[0], rel=1e-12))
         for lam, m, t in zip(lams[2:], am[2:], at[2:]):
             assert t + lam * m == pytest.approx(_frontier_min(bf, lam), rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(11, 21))
+def test_the_fastest_end_of_an_approximate_frontier_is_the_exact_frontiers(seed):
+    # integer costs: the fastest strategies tie in time and differ in memory. The fastest
+    # anchor must be the smallest of them, wherever it is solved (beside the run on two
+    # threads, after it on one), so that the frontier's fastest point is not dominated
+    cg = random_chain(8 + seed, 6 + seed % 4, layouts=2 if seed % 2 else None, options=1 + seed % 2, seed=seed,
+                      integer_costs=True)
+    exact = track(cg, exact=True)
+    fastest = int(np.argmin(exact.time))
+    runs = [track(cg, threads=threads, max_merged_configs=10000, max_step_work=1e3, epsilon=0.01) for threads in (1, 2)]
+    for fr in runs:
+        assert not fr.exact and "anchor_ties" not in fr.stats
+        end = int(np.argmin(fr.time))
+        assert (fr.time[end], fr.memory[end]) == (exact.time[fastest], exact.memory[fastest])
+    np.testing.assert_array_equal(runs[0].memory, runs[1].memory)
+    np.testing.assert_array_equal(runs[0].time, runs[1].time)
+
+
+def test_ties_of_the_fastest_too_costly_to_resolve_are_reported(monkeypatch):
+    # the smallest of the fastest strategies sums more terms than allowed: the anchor is a
+    # fastest strategy all the same, and the frontier says that its memory may not be the least
+    import importlib
+
+    track_mod = importlib.import_module("tensoropt_py.engine.track")
+    cg = random_chain(12, 8, options=2, seed=3, integer_costs=True)
+    kwargs = dict(max_merged_configs=10000, max_step_work=1e3, epsilon=0.01, threads=1)
+    exact = track(cg, exact=True)
+    monkeypatch.setattr(track_mod, "_TIE_MAX_WORK", 1)
+    fr = track(cg, **kwargs)
+    assert "the fastest strategies tie; the least memory among them was not solved" in fr.stats["anchor_ties"]
+    assert fr.time.min() == exact.time.min()
+    monkeypatch.setattr(track_mod, "_TIE_MAX_WORK", 5e7)
+    assert "anchor_ties" not in track(cg, **kwargs).stats
 
 
 def test_an_anchor_too_wide_is_skipped_alone(monkeypatch):
@@ -521,9 +597,10 @@ def test_the_value_less_pass_refuses_exactly_where_the_real_one_would(seed, lam)
         with pytest.raises(InfeasibleError):
             _eliminate(cg, lam, 10**6, numeric=True, plan=plan)
         return
-    replayed = _eliminate(cg, lam, 10**6, numeric=True, plan=plan)
+    replayed, replayed_tied = _eliminate(cg, lam, 10**6, numeric=True, plan=plan)
+    chosen, tied = chosen
     assert np.array_equal(replayed.choices, chosen.choices) and np.array_equal(replayed.edge_choices, chosen.edge_choices)
-    assert replayed.value == chosen.value
+    assert replayed.value == chosen.value and replayed_tied == tied
 
 
 @pytest.mark.parametrize("seed", range(4))

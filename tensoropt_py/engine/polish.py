@@ -22,7 +22,7 @@ from ..elimination.table import table_key
 from ..errors import InfeasibleError, InvalidInputError
 from ..units import parse_count, parse_positive
 from .cost_graph import CostGraph, LayoutEdge, content_digest, evaluate
-from .scalar import _weigh, min_sum
+from .scalar import _min_sum_within, _weigh
 
 __all__ = ["descend", "descend_many", "reoptimize_windows"]
 
@@ -464,7 +464,8 @@ def _window_move(sub, current, lam, max_entries, max_work):
     its configs ``current`` by more than rounding, True where it does not, None where the
     window is too wide for the limits or has no finite strategy."""
     try:
-        opt = min_sum(sub, lam, max_entries=int(max_entries), max_work=max_work)
+        # not min_sum: a window no faster at lam 0 is no move, whatever its memory
+        opt, _, _ = _min_sum_within(sub, lam, int(max_entries), int(max_entries), max_work)
     except (InvalidInputError, InfeasibleError):
         return None
     return opt.choices if _better(_value(sub, opt.choices, lam), _value(sub, current, lam)) else True

@@ -74,13 +74,16 @@ class ScalarOptimum:
     lam: float
 
 
-def _weigh(mem, tim, lam):
+def _weigh(mem, tim, lam, time_first=False):
     """Cost of (memory, time) arrays with a trailing axis: ``(..., 1)`` holding
-    ``time + lam * memory``, or for ``lam = inf`` ``(..., 2)`` holding (memory, time), compared
-    lexicographically (least memory first, then least time); +inf where either is +inf."""
+    ``time + lam * memory``, or ``(..., 2)`` holding two components compared lexicographically:
+    for ``lam = inf`` (memory, time), least memory first, then least time; with ``time_first``
+    (lam 0) (time, memory). +inf where either is +inf."""
     bad = ~(np.isfinite(mem) & np.isfinite(tim))
     if math.isinf(lam):
         out = np.stack([mem, tim], axis=-1).astype(np.float64)
+    elif time_first:
+        out = np.stack([tim, mem], axis=-1).astype(np.float64)
     else:
         with np.errstate(invalid="ignore"):  # 0 * inf: forbidden entries are set below
             out = (tim + lam * mem)[..., None]
@@ -88,14 +91,14 @@ def _weigh(mem, tim, lam):
     return out
 
 
-_LEX_RTOL = 1e-12  # memory sums that differ only by rounding count as equal
+_LEX_RTOL = 1e-12  # first components (sums) that differ only by rounding count as equal
 
 
-def _ties(mem, first, axis):
-    """Where ``mem`` (a first component) equals its minimum ``first`` along ``axis`` (within
-    ``_LEX_RTOL``)."""
+def _ties(values, first, axis):
+    """Where ``values`` (of a first component) equal their minimum ``first`` along ``axis``
+    (within ``_LEX_RTOL``)."""
     with np.errstate(invalid="ignore"):
-        return mem <= np.expand_dims(first + _LEX_RTOL * np.abs(first), axis)
+        return values <= np.expand_dims(first + _LEX_RTOL * np.abs(first), axis)
 
 
 def _best(comps, axis):
@@ -348,7 +351,9 @@ def min_sum(cg, lam, max_entries=MAX_FACTOR_ENTRIES, max_work=None):
     lam : float >= 0 or inf
         Weight of memory (seconds per byte). ``inf`` minimises memory first and then
         time: the fastest of the strategies of least memory (memory sums within a relative
-        1e-12 of each other count as equal, so that summation order does not decide).
+        1e-12 of each other count as equal, so that summation order does not decide). ``0``
+        minimises time first and then memory: the smallest of the fastest strategies (times
+        within a relative 1e-12 count as equal).
     max_entries : int
         Refuse (``InvalidInputError``) when an intermediate factor would have more
         entries than this (the graph is too wide for exact variable elimination).
@@ -386,13 +391,18 @@ def min_sum(cg, lam, max_entries=MAX_FACTOR_ENTRIES, max_work=None):
     if not lam >= 0:
         raise InvalidInputError(f"lam must be a float >= 0 or inf, got {lam!r}")
     parse_positive(max_work, "max_work", allowed="a positive number of terms or None", allow_none=True)
-    return _min_sum_within(cg, lam, max_entries, max_entries, max_work)
+    opt, tied, _ = _min_sum_within(cg, lam, max_entries, max_entries, max_work)
+    if tied:
+        opt, _, _ = _min_sum_within(cg, lam, max_entries, max_entries, None, time_first=True)
+    return opt
 
 
-def _min_sum_within(cg, lam, max_entries, plan_entries, max_work):
+def _min_sum_within(cg, lam, max_entries, plan_entries, max_work, time_first=False):
     """:func:`min_sum` on checked input, its steps chosen as if ``max_entries`` were
     ``plan_entries`` (>= it): a refusal (:class:`_TooWide`) then tells whether that many
-    entries would let it through, before any numeric work."""
+    entries would let it through, before any numeric work. Returns ``(ScalarOptimum, tied,
+    work)``: for lam 0, ``tied`` (:func:`_eliminate`) asks for a solve with ``time_first`` for
+    the smallest of the fastest strategies; ``work``: the terms its eliminations summed."""
     # the elimination order and every factor's shape follow from the layout maps alone:
     # a run without values first refuses a graph that is too wide (or too much work)
     work, plan = _eliminate(cg, lam, plan_entries, numeric=False)
@@ -402,7 +412,7 @@ def _min_sum_within(cg, lam, max_entries, plan_entries, max_work):
     need = _needed_entries(plan)
     if need > max_entries:
         raise _TooWide(f"min_sum: its largest elimination needs max_entries={need}, more than {max_entries}", need)
-    return _eliminate(cg, lam, max_entries, numeric=True, plan=plan)
+    return *_eliminate(cg, lam, max_entries, numeric=True, plan=plan, time_first=time_first), work
 
 
 def _step_entries(shape):
@@ -422,14 +432,21 @@ def _needed_entries(plan):
     return need
 
 
-def _eliminate(cg, lam, max_entries, numeric, plan=None):
+def _eliminate(cg, lam, max_entries, numeric, plan=None, time_first=False):
     """Variable elimination of :func:`min_sum`. ``numeric=False``: the same steps on
     value-less factors (zero-stride placeholders of the right shape), which raises exactly
     where the real run would and returns the number of terms the eliminations sum and the
     plan of the steps: per step, the node eliminated and the classes of its factors' nodes,
     which depend on the layout maps alone. ``plan``: replay those steps with values instead of
-    choosing them again."""
-    width = 2 if math.isinf(lam) else 1
+    choosing them again.
+
+    Returns ``(ScalarOptimum, tied)`` when ``numeric``. ``tied`` (lam 0 without
+    ``time_first`` only) says whether the strategy decoded may not be the smallest of the
+    fastest: it is the only fastest strategy (up to configs that no factor tells apart) unless
+    some decoding step finds more than one config of least time (given the configs decoded
+    before it, every fastest strategy that agrees with them reaches that step's least).
+    ``time_first`` compares (time, memory) lexicographically, at two to four times the work."""
+    width = 2 if math.isinf(lam) or time_first else 1
 
     def placeholder(shape):
         return np.broadcast_to(np.zeros(width), tuple(shape) + (width,))
@@ -442,15 +459,19 @@ def _eliminate(cg, lam, max_entries, numeric, plan=None):
     of_var: list[set] = [set() for _ in range(n)]
     edge_opt = []  # per edge: (u, v, argmin option (A, B), smap, dmap)
     for i, c in enumerate(cg.node_costs):
-        factors[i] = ((i,), (np.arange(K[i]),), _weigh(c[:, 0], c[:, 1], lam) if numeric else placeholder((K[i],)))
+        factors[i] = ((i,), (np.arange(K[i]),),
+                      _weigh(c[:, 0], c[:, 1], lam, time_first) if numeric else placeholder((K[i],)))
         of_var[i].add(i)
     reduced = {}  # table_key of a cost table -> its options reduced: once per table that edges share
     for e, (u, v, smap, dmap, tab) in enumerate(cg._norm):
         if numeric:
             key = table_key(tab)
             if key not in reduced:
-                w = _weigh(tab[..., 0], tab[..., 1], lam)  # (A, B, R, width)
-                best = _argbest(w, 2)
+                w = _weigh(tab[..., 0], tab[..., 1], lam, time_first)  # (A, B, R, width)
+                # for lam 0, an option of least time and, of those, least memory: options
+                # are independent given the configs of their edge's ends, so no tie of
+                # options can make the strategy's memory more than it must be
+                best = _argbest(_weigh(tab[..., 0], tab[..., 1], 0.0, True) if lam == 0 else w, 2)
                 reduced[key] = (best, np.take_along_axis(w, best[..., None, None], axis=2)[:, :, 0])
             best, wmin = reduced[key]
             edge_opt.append((u, v, best, smap, dmap))
@@ -606,12 +627,19 @@ def _eliminate(cg, lam, max_entries, numeric, plan=None):
     if not np.isfinite(total).all():
         raise InfeasibleError("every strategy of this cost graph uses a forbidden cost (>= FORBIDDEN_COST or +inf)")
     choices = np.zeros(n, dtype=np.int64)
+    check_ties = lam == 0 and not time_first
+    tie = _LEX_RTOL * abs(float(total[0]))  # strategies' times this close count as equal
+    tied = False
     for x, popped, rep in reversed(trace):
         # every other node of these factors is decoded already: minimise over x alone
         val = np.zeros((rep.shape[0], width))
         for fv, maps, tab in popped:
             val = val + tab[tuple(maps[a][rep] if z == x else maps[a][choices[z]] for a, z in enumerate(fv))]
-        choices[x] = int(rep[int(_argbest(val, 0))])
+        best = int(_argbest(val, 0))
+        if check_ties and not tied and rep.shape[0] > 1:
+            # another config of x may complete a strategy of least time too, of less memory
+            tied = bool(np.count_nonzero(val[:, 0] <= val[best, 0] + tie) > 1)
+        choices[x] = int(rep[best])
     edge_choices = np.zeros(cg.n_edges, dtype=np.int64)
     for e, (u, v, best, smap, dmap) in enumerate(edge_opt):
         edge_choices[e] = int(best[smap[choices[u]], dmap[choices[v]]])
@@ -623,4 +651,4 @@ def _eliminate(cg, lam, max_entries, numeric, plan=None):
         choices=choices,
         edge_choices=edge_choices,
         lam=lam,
-    )
+    ), tied

@@ -28,7 +28,7 @@ from ..errors import InfeasibleError, InvalidInputError, MemoryLimitError
 from ..units import parse_count, parse_positive
 from .algebra import frontier_indices
 from .cost_graph import CostGraph, LayoutEdge, content_digest
-from .scalar import min_sum
+from .scalar import _min_sum_within
 
 __all__ = ["RelaxationBounds", "relaxation_bounds", "screen_out", "restrict", "lam_grid", "improving_moves",
            "lower_bounds", "window_bound"]
@@ -581,7 +581,8 @@ def window_bound(cg, lam, window=_WINDOW_BOUND, max_entries=_WINDOW_BOUND_ENTRIE
             sub = CostGraph(costs, [(local[u], local[v], LayoutEdge(sm, dm, t)) for u, v, sm, dm, t in edges])
             key = content_digest(sub, tables)
             if key not in optima:
-                optima[key] = min_sum(sub, 0.0, max_entries=int(max_entries), max_work=max_work).value
+                # its least time only: no smallest of the fastest strategies wanted
+                optima[key] = _min_sum_within(sub, 0.0, int(max_entries), int(max_entries), max_work)[0].value
         except InfeasibleError:  # no finite strategy at all: nothing is below +inf
             return float("inf")
         except InvalidInputError:  # too wide for the limits (or a window node with no config left)

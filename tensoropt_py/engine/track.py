@@ -51,7 +51,7 @@ from __future__ import annotations
 import time as _time
 from concurrent.futures import CancelledError, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 
@@ -345,6 +345,8 @@ def _union(mem, tim, ch, ech, mem2, tim2, ch2, ech2):
 
 _SCREEN_TOL = 1e-9  # relaxation bounds and evaluated costs are summed in different orders
 _OPTIMUM_MAX_WORK = 2e9  # terms one exact optimum may sum (min_sum's max_work: a few seconds)
+_TIE_MAX_WORK = 5e7  # terms the smallest of the fastest strategies may sum (about a quarter second)
+_TIE_SCREEN_GAIN = 4  # screening by the least time seldom cuts the terms more: past it, no tie solve
 
 
 def _entries(max_bytes):
@@ -374,9 +376,19 @@ class _Refusal:
         return self.message
 
 
+class _Optimum(NamedTuple):
+    """A strategy of :func:`_screened_optimum`. ``ties``: for lam 0, why its memory is not
+    proven the least of the fastest strategies' (None where it is)."""
+
+    choices: np.ndarray
+    edge_choices: np.ndarray
+    ties: str | None = None
+
+
 def _screened_optimum(cg, rb, lam, limit, entries, plan_entries=None):
-    """``(choices, edge_choices)`` of the exact optimum of ``time + lam * memory`` (``lam``
-    inf: least memory, then time), or :func:`min_sum`'s refusal (a :class:`_Refusal`). With bounds
+    """The exact optimum of ``time + lam * memory`` (``lam`` 0: least time, then memory, where
+    that sums at most ``_TIE_MAX_WORK`` terms; inf: least memory, then time), an
+    :class:`_Optimum`, or :func:`min_sum`'s refusal (a :class:`_Refusal`). With bounds
     ``rb`` and a finite ``limit`` (the weighted cost of an achievable strategy for that lam,
     memory for inf), it is solved on the configs whose relaxation bound allows a strategy at
     least that good: a config outside is in no optimal strategy (nor in a tie of one), so the
@@ -385,20 +397,40 @@ def _screened_optimum(cg, rb, lam, limit, entries, plan_entries=None):
     from .scalar import _min_sum_within, _TooWide
     from .screen import restrict
 
-    graph, keep = cg, None
-    if rb is not None and np.isfinite(limit):
+    def screened(limit):
+        if rb is None or not np.isfinite(limit):
+            return cg, None
         row = _bounds_row(rb, lam)
         keep = [np.flatnonzero(b[row] <= limit * (1 + _SCREEN_TOL)) for b in rb.bounds]
         if min(k.size for k in keep) == 0:  # only if the limit was not achievable: no screening
-            keep = None
-        else:
-            graph = restrict(cg, keep)
+            return cg, None
+        return restrict(cg, keep), keep
+
+    def strategy(opt, keep, ties=None):
+        ch = opt.choices if keep is None else np.array([k[c] for k, c in zip(keep, opt.choices)], dtype=np.int64)
+        return _Optimum(ch, opt.edge_choices, ties)
+
+    graph, keep = screened(limit)
     try:
-        opt = _min_sum_within(graph, lam, entries, entries if plan_entries is None else plan_entries, _OPTIMUM_MAX_WORK)
+        opt, tied, work = _min_sum_within(graph, lam, entries, entries if plan_entries is None else plan_entries,
+                                          _OPTIMUM_MAX_WORK)
     except _TooWide as exc:  # too wide (or too much work) for exact variable elimination
         return _Refusal(f"lam={lam:g}: {exc}", exc.entries, limit if keep is not None else np.inf)
-    ch = opt.choices if keep is None else np.array([k[c] for k, c in zip(keep, opt.choices)], dtype=np.int64)
-    return ch, opt.edge_choices
+    if not tied:
+        return strategy(opt, keep)
+    # the smallest of the fastest strategies, (time, memory) compared in order, on the configs
+    # that the least time leaves possible (the Transformer@16's fastest: half the terms)
+    if work > _TIE_SCREEN_GAIN * _TIE_MAX_WORK:
+        return strategy(opt, keep, f"the fastest strategies tie; the least memory among them was not solved "
+                                   f"(the least time summed {work:.3g} terms: more than "
+                                   f"{_TIE_SCREEN_GAIN * _TIE_MAX_WORK:.3g} for it)")
+    graph, keep_tied = screened(opt.time) if work > _TIE_MAX_WORK else (graph, keep)
+    try:
+        smallest, _, _ = _min_sum_within(graph, lam, entries, entries, _TIE_MAX_WORK, time_first=True)
+    except _TooWide as exc:  # a fastest strategy all the same
+        return strategy(opt, keep, f"the fastest strategies tie; the least memory among them was not solved: "
+                                   f"{exc}")
+    return strategy(smallest, keep_tied)
 
 
 def _optima(cg, lams, max_bytes, mem=None, tim=None, threads=1, background=None):
@@ -451,12 +483,13 @@ def _optima(cg, lams, max_bytes, mem=None, tim=None, threads=1, background=None)
             solved = list(pool.map(solve, lams))
     else:
         solved = [solve(lam) for lam in lams]
-    chs = [r[0] for r in solved if not isinstance(r, _Refusal)]
-    echs = [r[1] for r in solved if not isinstance(r, _Refusal)]
+    chs = [r.choices for r in solved if not isinstance(r, _Refusal)]
+    echs = [r.edge_choices for r in solved if not isinstance(r, _Refusal)]
     skipped = [(lam, str(r)) for lam, r in zip(lams, solved) if isinstance(r, _Refusal)]
+    ties = "; ".join(r.ties for r in solved if not isinstance(r, _Refusal) and r.ties)
     if not chs:
-        return None, None, skipped, rb
-    return np.stack(chs), np.stack(echs).reshape(len(chs), cg.n_edges), skipped, rb
+        return None, None, skipped, rb, ties
+    return np.stack(chs), np.stack(echs).reshape(len(chs), cg.n_edges), skipped, rb, ties
 
 
 _BACKGROUND_SHARE = 8
@@ -629,12 +662,14 @@ def _add_anchors(cg, mem, tim, ch, ech, stats, strict, max_bytes, threads=1, bac
 
     t0 = _time.perf_counter()
     try:
-        ach, aech, skipped, rb = _optima(cg, (0.0, np.inf), max_bytes, mem, tim, threads, background)
+        ach, aech, skipped, rb, ties = _optima(cg, (0.0, np.inf), max_bytes, mem, tim, threads, background)
     except _Infeasible:
         stats["anchors"] = "infeasible"
         return mem, tim, ch, ech
     n_exact = 0 if ach is None else ach.shape[0]
     stats["anchors"] = f"skipped: {skipped[0][1]}" if not n_exact else 0
+    if ties:
+        stats["anchor_ties"] = ties
     weights = []
     if skipped:
         if strict:
@@ -767,7 +802,7 @@ def _run_candidates(cg, per_weight, kwargs, max_bytes):
     if slopes.size:
         lams += list(np.geomspace(slopes.min(), 10 * slopes.max(), _SWEEP_WEIGHTS))
     t0 = _time.perf_counter()
-    och, oech, skipped, _ = _optima(cg, lams, max_bytes, *((None, None) if fr is None else (fr.memory, fr.time)),
+    och, oech, skipped, _, _ = _optima(cg, lams, max_bytes, *((None, None) if fr is None else (fr.memory, fr.time)),
                                    threads=kwargs["threads"])
     if och is None:  # too wide for exact elimination: candidates from the bounds only
         stats["anchors"] = f"skipped: {skipped[0][1]}"
@@ -903,7 +938,12 @@ def track(
         strategy at least as fast (as small) as the result's end, which gives the whole
         graph's optimum on a graph often narrow enough for :func:`min_sum` where the whole one
         is not; one that is still too wide, or would sum more than 2e9 terms (a few seconds),
-        is skipped (``True``: raises). ``stats["anchors"]`` says what happened
+        is skipped (``True``: raises). Where several strategies share the least time, the
+        fastest anchor is the one of least memory among them (time, then memory, compared
+        in order: a second solve where the first finds such a tie) if that solve sums at most
+        5e7 terms (about a quarter second); past that it is a fastest strategy, and
+        ``stats["anchor_ties"]`` says that its memory is not proven the least of them.
+        ``stats["anchors"]`` says what happened
         (``stats["anchors_skipped"]``: why an optimum is missing). For an end so skipped the
         relaxation's own best strategy (every node at its config of least bound) joins the
         frontier first (``stats["relaxation_points"]``: how many it kept then), then the end is
