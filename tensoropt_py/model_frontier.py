@@ -99,6 +99,10 @@ class Frontier:
         :func:`~tensoropt_py.engine.min_sum`): how far the fastest point may be from it, its
         time's relative excess over a proven lower bound (0 proves it fastest). None when the
         fastest point is exact or no bound was computed.
+    fastest_ties : bool
+        Whether several strategies share the least time and the fastest point's memory is not
+        proven the least of theirs (the solve that compares time, then memory, was past its
+        work limit; ``track``'s ``stats["anchor_ties"]``).
     """
 
     memory: np.ndarray
@@ -124,6 +128,7 @@ class Frontier:
     meshes: str = "all"
     meshes_restricted: bool = False
     fastest_gap: float | None = None
+    fastest_ties: bool = False
 
     @property
     def cost_graph(self):
@@ -241,6 +246,8 @@ class Frontier:
         if self.fastest_gap is not None:
             why.append("fastest point proven fastest by a lower bound" if self.fastest_gap <= 1e-9 else
                        f"fastest point within {100 * self.fastest_gap:.2f}% of a proven lower bound")
+        if self.fastest_ties:
+            why.append("strategies tie for the least time: the fastest point's memory not proven the least of theirs")
         return "approximate: " + (", ".join(why) if why else "restricted space")
 
     def plot(self, path=None, **kwargs):
@@ -264,7 +271,7 @@ class Frontier:
             "memory_bound_factor": self.memory_bound_factor,
             "recompute": self.recompute, "shard_optimizer": self.shard_optimizer, "precision": self.precision,
             "meshes": self.meshes, "meshes_restricted": self.meshes_restricted, "fastest_gap": self.fastest_gap,
-            "memory": self.memory.tolist(), "time": self.time.tolist(),
+            "fastest_ties": self.fastest_ties, "memory": self.memory.tolist(), "time": self.time.tolist(),
             "compute_time": self.compute_time.tolist(), "communication_time": self.communication_time.tolist(),
             "choices": self.choices.tolist(), "edge_choices": self.edge_choices.tolist(),
             "seconds": self.seconds,
@@ -296,6 +303,7 @@ class Frontier:
             shard_optimizer=bool(data.get("shard_optimizer", False)), precision=data.get("precision", "32-true"),
             meshes=data.get("meshes", "all"), meshes_restricted=bool(data.get("meshes_restricted", False)),
             fastest_gap=None if data.get("fastest_gap") is None else float(data["fastest_gap"]),
+            fastest_ties=bool(data.get("fastest_ties", False)),
         )
 
 
@@ -391,4 +399,5 @@ def compute_frontier(graph, cluster, devices: int, *, method: Method = "ldp", ex
         recompute=training.recompute, shard_optimizer=training.shard_optimizer, precision=training.precision,
         meshes=mcg.meshes, meshes_restricted=mcg.meshes_restricted,
         fastest_gap=(tracked.stats or {}).get("end_gaps", {}).get("fastest"),
+        fastest_ties=bool((tracked.stats or {}).get("anchor_ties")),
     )

@@ -408,6 +408,28 @@ def test_frontier_reports_the_epsilon_the_engine_ended_with(monkeypatch):
     assert exact.epsilon == 0.0 and exact.exact
 
 
+def test_frontier_says_where_the_fastest_points_memory_among_ties_is_not_proven(monkeypatch, tmp_path):
+    """The fastest anchor's tie of least time past the tie solve's reach (here: every anchor
+    said so): the frontier says so, in its accuracy and its JSON."""
+    import importlib
+
+    track_mod = importlib.import_module("tensoropt_py.engine.track")
+    solve = track_mod._screened_optimum
+
+    def tied(*args, **kwargs):
+        found = solve(*args, **kwargs)
+        return found._replace(ties="the fastest strategies tie") if isinstance(found, track_mod._Optimum) else found
+
+    monkeypatch.setattr(track_mod, "_screened_optimum", tied)
+    fr = to.frontier("small_cnn", CLUSTER, devices=4, epsilon=1e-3, cache=False)
+    assert fr.fastest_ties and "strategies tie for the least time" in fr.accuracy
+    assert api.Frontier.from_json(fr.to_json(tmp_path / "f.json")).fastest_ties
+    monkeypatch.undo()
+    fr = to.frontier("small_cnn", CLUSTER, devices=4, epsilon=1e-3, cache=False)
+    assert not fr.fastest_ties and "strategies tie" not in fr.accuracy
+    assert not api.Frontier.from_json(fr.to_json(tmp_path / "f.json")).fastest_ties
+
+
 def test_frontier_says_how_far_a_fastest_point_out_of_exact_reach_may_be(monkeypatch, tmp_path):
     """A graph too wide for the exact fastest strategy: the frontier reports its fastest
     point's gap to a proven lower bound (in its accuracy and its JSON)."""
