@@ -3,7 +3,9 @@
 An independent check of :func:`~tensoropt_py.engine.track`: every point of the exact
 frontier is a strategy, and the frontier contains a minimiser of any non-negative
 weighting of its two costs, so ``min(fr.time + lam * fr.memory)`` must equal
-:func:`min_sum` for every ``lam >= 0`` (and ``lam = inf`` gives the least memory).
+:func:`min_sum` for every ``lam >= 0`` (``lam = inf`` gives the least memory; ``lam = 0`` the
+least time, and of the strategies that reach it the one of least memory, as ``inf`` the least
+time of those of least memory).
 
 The solver is plain variable elimination (bucket elimination) over scalar factors: a
 unary factor per node, a pairwise factor per edge (its options reduced by ``min``; a
@@ -471,7 +473,7 @@ def _eliminate(cg, lam, max_entries, numeric, plan=None, time_first=False):
                 # for lam 0, an option of least time and, of those, least memory: options
                 # are independent given the configs of their edge's ends, so no tie of
                 # options can make the strategy's memory more than it must be
-                best = _argbest(_weigh(tab[..., 0], tab[..., 1], 0.0, True) if lam == 0 else w, 2)
+                best = _argbest(_weigh(tab[..., 0], tab[..., 1], 0.0, True) if lam == 0 and width == 1 else w, 2)
                 reduced[key] = (best, np.take_along_axis(w, best[..., None, None], axis=2)[:, :, 0])
             best, wmin = reduced[key]
             edge_opt.append((u, v, best, smap, dmap))

@@ -803,7 +803,7 @@ def _run_candidates(cg, per_weight, kwargs, max_bytes):
         lams += list(np.geomspace(slopes.min(), 10 * slopes.max(), _SWEEP_WEIGHTS))
     t0 = _time.perf_counter()
     och, oech, skipped, _, _ = _optima(cg, lams, max_bytes, *((None, None) if fr is None else (fr.memory, fr.time)),
-                                   threads=kwargs["threads"])
+                                      threads=kwargs["threads"])
     if och is None:  # too wide for exact elimination: candidates from the bounds only
         stats["anchors"] = f"skipped: {skipped[0][1]}"
     elif skipped:
