@@ -802,12 +802,14 @@ def _run_candidates(cg, per_weight, kwargs, max_bytes):
     if slopes.size:
         lams += list(np.geomspace(slopes.min(), 10 * slopes.max(), _SWEEP_WEIGHTS))
     t0 = _time.perf_counter()
-    och, oech, skipped, _, _ = _optima(cg, lams, max_bytes, *((None, None) if fr is None else (fr.memory, fr.time)),
-                                      threads=kwargs["threads"])
+    och, oech, skipped, _, ties = _optima(cg, lams, max_bytes, *((None, None) if fr is None else (fr.memory, fr.time)),
+                                         threads=kwargs["threads"])
     if och is None:  # too wide for exact elimination: candidates from the bounds only
         stats["anchors"] = f"skipped: {skipped[0][1]}"
     elif skipped:
         stats["anchors_skipped"] = "; ".join(why for _, why in skipped)
+    if ties:  # the fastest optimum's configs are a fastest strategy's, maybe not the smallest's
+        stats["anchor_ties"] = ties
     stats["anchor_seconds"] = _time.perf_counter() - t0
     if och is not None:
         keep = [np.union1d(k, och[:, i]) for i, k in enumerate(keep)]
