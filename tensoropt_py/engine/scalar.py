@@ -14,8 +14,9 @@ table over the classes of configs its inputs can tell apart), and the
 node whose elimination builds the smallest factor (ties: smaller degree, then index) goes first.
 It shares no code with the frontier tracking (no frontier tables, none of their kernels; its
 min-plus step, the least over the node eliminated of its factors' sum, has a compiled kernel of
-its own, :func:`min_of_sums`, checked against :func:`min_of_sums_reference`, and for ``lam =
-inf`` :func:`lex_min_of_sums` against :func:`lex_min_of_sums_reference`).
+its own, :func:`min_of_sums`, checked against :func:`min_of_sums_reference`, and for two
+components compared in order (``lam = inf``, and the ties of ``lam = 0``)
+:func:`lex_min_of_sums` against :func:`lex_min_of_sums_reference`).
 """
 
 from __future__ import annotations
@@ -393,18 +394,17 @@ def min_sum(cg, lam, max_entries=MAX_FACTOR_ENTRIES, max_work=None):
     if not lam >= 0:
         raise InvalidInputError(f"lam must be a float >= 0 or inf, got {lam!r}")
     parse_positive(max_work, "max_work", allowed="a positive number of terms or None", allow_none=True)
-    opt, tied, _ = _min_sum_within(cg, lam, max_entries, max_entries, max_work)
-    if tied:
-        opt, _, _ = _min_sum_within(cg, lam, max_entries, max_entries, None, time_first=True)
-    return opt
+    return _min_sum_within(cg, lam, max_entries, max_entries, max_work, tie_work=math.inf)[0]
 
 
-def _min_sum_within(cg, lam, max_entries, plan_entries, max_work, time_first=False):
+def _min_sum_within(cg, lam, max_entries, plan_entries, max_work, time_first=False, tie_work=0.0):
     """:func:`min_sum` on checked input, its steps chosen as if ``max_entries`` were
     ``plan_entries`` (>= it): a refusal (:class:`_TooWide`) then tells whether that many
-    entries would let it through, before any numeric work. Returns ``(ScalarOptimum, tied,
-    work)``: for lam 0, ``tied`` (:func:`_eliminate`) asks for a solve with ``time_first`` for
-    the smallest of the fastest strategies; ``work``: the terms its eliminations summed."""
+    entries would let it through, before any numeric work. For lam 0, where the least time
+    ties (:func:`_eliminate`) and the eliminations sum at most ``tie_work`` terms, the same
+    steps are replayed with ``time_first`` for the smallest of the fastest strategies.
+    Returns ``(ScalarOptimum, tied, work)``: ``tied``, a tie left unsolved; ``work``, the
+    terms the eliminations summed."""
     # the elimination order and every factor's shape follow from the layout maps alone:
     # a run without values first refuses a graph that is too wide (or too much work)
     work, plan = _eliminate(cg, lam, plan_entries, numeric=False)
@@ -414,7 +414,10 @@ def _min_sum_within(cg, lam, max_entries, plan_entries, max_work, time_first=Fal
     need = _needed_entries(plan)
     if need > max_entries:
         raise _TooWide(f"min_sum: its largest elimination needs max_entries={need}, more than {max_entries}", need)
-    return *_eliminate(cg, lam, max_entries, numeric=True, plan=plan, time_first=time_first), work
+    opt, tied = _eliminate(cg, lam, max_entries, numeric=True, plan=plan, time_first=time_first)
+    if tied and work <= tie_work:
+        opt, tied = _eliminate(cg, lam, max_entries, numeric=True, plan=plan, time_first=True)
+    return opt, tied, work
 
 
 def _step_entries(shape):

@@ -412,8 +412,9 @@ def _screened_optimum(cg, rb, lam, limit, entries, plan_entries=None):
 
     graph, keep = screened(limit)
     try:
+        # a tie of least time is solved on the same steps where they sum at most _TIE_MAX_WORK terms
         opt, tied, work = _min_sum_within(graph, lam, entries, entries if plan_entries is None else plan_entries,
-                                          _OPTIMUM_MAX_WORK)
+                                          _OPTIMUM_MAX_WORK, tie_work=_TIE_MAX_WORK)
     except _TooWide as exc:  # too wide (or too much work) for exact variable elimination
         return _Refusal(f"lam={lam:g}: {exc}", exc.entries, limit if keep is not None else np.inf)
     if not tied:
@@ -424,7 +425,7 @@ def _screened_optimum(cg, rb, lam, limit, entries, plan_entries=None):
         return strategy(opt, keep, f"the fastest strategies tie; the least memory among them was not solved "
                                    f"(the least time summed {work:.3g} terms: more than "
                                    f"{_TIE_SCREEN_GAIN * _TIE_MAX_WORK:.3g} for it)")
-    graph, keep_tied = screened(opt.time) if work > _TIE_MAX_WORK else (graph, keep)
+    graph, keep_tied = screened(opt.time)
     try:
         smallest, _, _ = _min_sum_within(graph, lam, entries, entries, _TIE_MAX_WORK, time_first=True)
     except _TooWide as exc:  # a fastest strategy all the same
