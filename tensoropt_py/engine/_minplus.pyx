@@ -132,6 +132,18 @@ cdef void _walk(list factors, int D, const char** data, i64 (*st)[MAXD], i64* st
         st0[f] = st[f][0]
 
 
+cdef inline void _row_starts(const char** base, const char** data, i64 (*st)[MAXD], int F, int D, const i64* idx,
+                             int inner) noexcept nogil:
+    """Each factor's start of the output row at index ``idx`` (every axis after the first but
+    the buffer's ``inner``)."""
+    cdef int f, a
+    for f in range(F):
+        base[f] = data[f]
+        for a in range(1, D):
+            if a != inner:
+                base[f] += idx[a] * st[f][a]
+
+
 def min_of_sums_kernel(list factors, tuple shape, cnp.ndarray out, list second=None, cnp.ndarray out2=None,
                        double rtol=0.0):
     """``out[j] = min over i of sum(f[i, j] for f in factors)`` (checked input: float64 arrays
@@ -213,16 +225,8 @@ def min_of_sums_kernel(list factors, tuple shape, cnp.ndarray out, list second=N
             for a in range(1, D):
                 if a != inner:
                     obase += idx[a] * ost[a]
-            for f in range(F):
-                base[f] = data[f]
-                for a in range(1, D):
-                    if a != inner:
-                        base[f] += idx[a] * st[f][a]
-            for f in range(F2):
-                base2[f] = data2[f]
-                for a in range(1, D):
-                    if a != inner:
-                        base2[f] += idx[a] * st2[f][a]
+            _row_starts(base, data, st, F, D, idx, inner)
+            _row_starts(base2, data2, st2, F2, D, idx, inner)
             for t in range(n_inner):
                 mn[t] = INFINITY
             for t in range(n_inner if F2 else 0):
