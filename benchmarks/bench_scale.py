@@ -13,11 +13,13 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
 * ``fastest_ties``: the fastest anchor where several strategies share the least time: on zoo
   models at 8 devices of ``v100-2x8`` (and the Transformer at 16), the first pass of
   :func:`~tensoropt_py.engine.min_sum` at ``lam = 0`` (least time alone), whether its decoding
-  met a tie, and the smallest of the fastest strategies (time, then memory): memories and
-  seconds; and random integer-cost chains, whose fastest strategies tie often, tracked with
-  heuristics and epsilon (anchors on), on 1 and 2 threads, with the tie solve and without it
-  (the first fastest strategy the one-component solve finds): how many fastest ends equal the
-  exact frontier's (time and memory) and how many frontiers the two thread counts agree on;
+  met a tie, and the smallest of the fastest strategies (time, then memory, and the weighted
+  solve the anchors use past 5e7 terms): memories and seconds; and random integer-cost chains,
+  whose fastest strategies tie often, tracked with heuristics and epsilon (anchors on), on 1
+  and 2 threads, with each tie solve and without one (the first fastest strategy the
+  one-component solve finds): how many fastest ends equal the exact frontier's (time and
+  memory), how many ties were reported unsolved, and how many frontiers the two thread counts
+  agree on;
 * ``transformer16_limits``: what stands between that case and seconds: ``track`` without
   anchors at epsilon 1e-3, 3e-3 and 1e-2 (seconds, points, proven bound, product terms and
   points combined), and the configs the relaxation bounds prove useless given its default
@@ -256,15 +258,21 @@ for name, devices in (("transformer", 8), ("wide_resnet", 8), ("bert_large", 8),
                                                 time_first=True)
         row.update(tie_solve_s=time.perf_counter() - t1, smallest_memory=smallest.memory, smallest_time=smallest.time,
                    memory_saved=1 - smallest.memory / first.memory)
+    if tied:  # the weighted solve (the anchors' past 5e7 terms), on the whole graph
+        t2 = time.perf_counter()
+        weighted = scalar._smallest_of_fastest(cg, first, scalar.MAX_FACTOR_ENTRIES, 0.0, None)
+        row.update(weighted_s=time.perf_counter() - t2, weighted_proven=weighted is not None,
+                   weighted_memory=None if weighted is None else weighted.memory,
+                   weighted_time=None if weighted is None else weighted.time)
     out(**row)
 rng = np.random.default_rng(0)
 cases = [(int(rng.integers(5, 30)), int(rng.integers(3, 15)), int(rng.integers(2, 5)) if rng.random() < 0.5 else None,
           int(rng.integers(1, 3)), int(rng.integers(1 << 30))) for _ in range(300)]
 kwargs = dict(max_merged_configs=10000, max_step_work=1e3, epsilon=0.01)
-most = track_mod._TIE_MAX_WORK
-for label, cap in (("tie solve", most), ("first fastest found", 0)):
-    track_mod._TIE_MAX_WORK = cap
-    equal, agree, excess, t0 = 0, 0, [], time.perf_counter()
+most, weight = track_mod._TIE_MAX_WORK, scalar._TIE_WEIGHT
+for label, cap, w in (("time, then memory", most, weight), ("weighted", 0, weight), ("first fastest found", 0, 0.0)):
+    track_mod._TIE_MAX_WORK, scalar._TIE_WEIGHT = cap, w
+    equal, agree, unproven, excess, t0 = 0, 0, 0, [], time.perf_counter()
     for n, k, layouts, options, seed in cases:
         cg = random_chain(n, k, layouts=layouts, options=options, seed=seed, integer_costs=True)
         exact = track(cg, exact=True)
@@ -273,10 +281,12 @@ for label, cap in (("tie solve", most), ("first fastest found", 0)):
         equal += bool(runs[0].time[j] == exact.time[i] and runs[0].memory[j] == exact.memory[i])
         excess.append(runs[0].memory[j] / exact.memory[i] - 1)
         agree += bool(np.array_equal(runs[0].memory, runs[1].memory) and np.array_equal(runs[0].time, runs[1].time))
+        unproven += "anchor_ties" in runs[0].stats
     out(case="fastest_ties_chains", anchor=label, chains=len(cases), fastest_end_exact=equal, threads_agree=agree,
+        ties_reported=unproven,
         worst_memory_excess=float(max(excess)), median_excess_where_worse=float(np.median([e for e in excess if e > 0]))
         if any(e > 0 for e in excess) else 0.0, seconds=time.perf_counter() - t0)
-track_mod._TIE_MAX_WORK = most
+track_mod._TIE_MAX_WORK, scalar._TIE_WEIGHT = most, weight
 """,
     "transformer16_limits": r"""
 from tensoropt_py.engine.screen import lam_grid, relaxation_bounds, screen_out

@@ -101,8 +101,8 @@ class Frontier:
         fastest point is exact or no bound was computed.
     fastest_ties : bool
         Whether several strategies share the least time and the fastest point's memory is not
-        proven the least of theirs (the solve that compares time, then memory, was past its
-        work limit; ``track``'s ``stats["anchor_ties"]``).
+        proven the least of theirs (a slower strategy of less memory won the solve that
+        weighs memory, or it was past its work limit; ``track``'s ``stats["anchor_ties"]``).
     """
 
     memory: np.ndarray

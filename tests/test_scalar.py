@@ -1,5 +1,7 @@
 """min_sum (exact optimum of time + lam * memory) against brute force and the exact frontier."""
 
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -74,6 +76,36 @@ def test_the_fastest_optimum_is_the_smallest_of_the_fastest_strategies(seed):
     opt = min_sum(cg, 0.0)
     _check(cg, opt, 0.0)
     assert (opt.time, opt.memory) == _fastest_of_brute_force(cg)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_weighted_solve_of_the_smallest_of_the_fastest_equals_brute_force(seed, monkeypatch):
+    # past the lexicographic solve's work, one solve of time + a tiny weight of memory: its
+    # strategy, accepted where it is as fast as the fastest found, must hold brute force's
+    # least memory among the fastest strategies (integer costs: many tie, with other memories)
+    import importlib
+
+    scalar_mod = importlib.import_module("tensoropt_py.engine.scalar")
+    if seed % 3 == 0:
+        cg = random_chain(6, 4, layouts=2 if seed % 2 else None, options=2, seed=seed, integer_costs=True)
+    elif seed % 3 == 1:
+        cg = random_cyclic_graph(n_nodes=6, max_k=4, edge_prob=0.6, seed=seed)
+    else:
+        cg = random_layered_dag(3, 2, 3, layouts=2, options=2, seed=seed, integer_costs=True)
+    fastest, _, _ = scalar_mod._min_sum_within(cg, 0.0, 10**6, 10**6, None)
+    lexicographic = scalar_mod._smallest_of_fastest(cg, fastest, 10**6, np.inf, None)
+    weighted = scalar_mod._smallest_of_fastest(cg, fastest, 10**6, 0.0, None)
+    for opt in (lexicographic, weighted):
+        _check(cg, opt, 0.0)
+        assert (opt.time, opt.memory) == _fastest_of_brute_force(cg)
+    # memory weighed as much as time: the least memory is slower, and nothing is proven
+    monkeypatch.setattr(scalar_mod, "_TIE_WEIGHT", 1e3)
+    heavy = scalar_mod._smallest_of_fastest(cg, fastest, 10**6, 0.0, None)
+    bf = brute_force_frontier(cg)
+    if bf.time[0] > bf.time[-1]:  # the least memory costs time
+        assert heavy is None
+    else:
+        assert (heavy.time, heavy.memory) == _fastest_of_brute_force(cg)
 
 
 def test_ties_of_the_least_time_are_found_and_only_where_they_are():
@@ -243,6 +275,25 @@ def test_optima_solved_beside_a_run_equal_the_whole_graph_optima(seed):
         assert beside.used == ["fastest", "smallest"]
     finally:
         beside.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="CPU priorities per thread are Linux's")
+def test_the_anchors_thread_yields_to_the_run_and_only_it():
+    # the anchors' thread runs at the least priority; the run (this thread) keeps its own
+    import importlib
+    import os
+    import threading
+
+    track_mod = importlib.import_module("tensoropt_py.engine.track")
+    ours = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    beside = track_mod._BackgroundOptima(random_chain(4, 3, seed=0), 1 << 30, threads=2,
+                                         entries_after=track_mod._entries(1 << 30))
+    try:
+        theirs = beside._pool.submit(lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id())).result()
+    finally:
+        beside.close(wait=True)
+    assert theirs == 19
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == ours < 19
 
 
 def test_anchors_beside_the_run_left_to_the_end_where_their_share_is_too_small(monkeypatch):
@@ -522,17 +573,26 @@ def test_the_fastest_end_of_an_approximate_frontier_is_the_exact_frontiers(seed)
 
 
 def test_ties_of_the_fastest_too_costly_to_resolve_are_reported(monkeypatch):
-    # the smallest of the fastest strategies sums more terms than allowed: the anchor is a
-    # fastest strategy all the same, and the frontier says that its memory may not be the least
+    # the smallest of the fastest strategies sums more terms than the lexicographic solve may:
+    # the weighted solve finds it. Where that cannot prove it either (memory weighed so much
+    # that a slower strategy wins), the anchor is a fastest strategy all the same, and the
+    # frontier says that its memory may not be the least
     import importlib
 
     track_mod = importlib.import_module("tensoropt_py.engine.track")
+    scalar_mod = importlib.import_module("tensoropt_py.engine.scalar")
     cg = random_chain(12, 8, options=2, seed=3, integer_costs=True)
     kwargs = dict(max_merged_configs=10000, max_step_work=1e3, epsilon=0.01, threads=1)
     exact = track(cg, exact=True)
-    monkeypatch.setattr(track_mod, "_TIE_MAX_WORK", 1)
+    fastest = int(np.argmin(exact.time))
+    monkeypatch.setattr(track_mod, "_TIE_MAX_WORK", 0)
     fr = track(cg, **kwargs)
-    assert "the fastest strategies tie; the least memory among them was not solved" in fr.stats["anchor_ties"]
+    assert "anchor_ties" not in fr.stats
+    end = int(np.argmin(fr.time))
+    assert (fr.time[end], fr.memory[end]) == (exact.time[fastest], exact.memory[fastest])
+    monkeypatch.setattr(scalar_mod, "_TIE_WEIGHT", 1e3)
+    fr = track(cg, **kwargs)
+    assert "a slower strategy of less memory won the weighted solve" in fr.stats["anchor_ties"]
     assert fr.time.min() == exact.time.min()
     monkeypatch.undo()
     assert "anchor_ties" not in track(cg, **kwargs).stats

@@ -397,14 +397,11 @@ def min_sum(cg, lam, max_entries=MAX_FACTOR_ENTRIES, max_work=None):
     return _min_sum_within(cg, lam, max_entries, max_entries, max_work, tie_work=math.inf)[0]
 
 
-def _min_sum_within(cg, lam, max_entries, plan_entries, max_work, time_first=False, tie_work=0.0):
-    """:func:`min_sum` on checked input, its steps chosen as if ``max_entries`` were
-    ``plan_entries`` (>= it): a refusal (:class:`_TooWide`) then tells whether that many
-    entries would let it through, before any numeric work. For lam 0, where the least time
-    ties (:func:`_eliminate`) and the eliminations sum at most ``tie_work`` terms, the same
-    steps are replayed with ``time_first`` for the smallest of the fastest strategies.
-    Returns ``(ScalarOptimum, tied, work)``: ``tied``, a tie left unsolved; ``work``, the
-    terms the eliminations summed."""
+def _plan_within(cg, lam, max_entries, plan_entries, max_work):
+    """``(work, plan)`` of :func:`_eliminate` for ``cg``, its steps chosen as if ``max_entries``
+    were ``plan_entries`` (>= it), or :class:`_TooWide` before any numeric work: past
+    ``max_work`` terms, or where a step needs more than ``max_entries`` (the refusal then says
+    whether ``plan_entries`` would let it through)."""
     # the elimination order and every factor's shape follow from the layout maps alone:
     # a run without values first refuses a graph that is too wide (or too much work)
     work, plan = _eliminate(cg, lam, plan_entries, numeric=False)
@@ -414,10 +411,51 @@ def _min_sum_within(cg, lam, max_entries, plan_entries, max_work, time_first=Fal
     need = _needed_entries(plan)
     if need > max_entries:
         raise _TooWide(f"min_sum: its largest elimination needs max_entries={need}, more than {max_entries}", need)
+    return work, plan
+
+
+def _min_sum_within(cg, lam, max_entries, plan_entries, max_work, time_first=False, tie_work=0.0):
+    """:func:`min_sum` on checked input, planned by :func:`_plan_within`. For lam 0, where the
+    least time ties (:func:`_eliminate`) and the eliminations sum at most ``tie_work`` terms,
+    the same steps are replayed with ``time_first`` for the smallest of the fastest strategies.
+    Returns ``(ScalarOptimum, tied, work)``: ``tied``, a tie left unsolved; ``work``, the
+    terms the eliminations summed."""
+    work, plan = _plan_within(cg, lam, max_entries, plan_entries, max_work)
     opt, tied = _eliminate(cg, lam, max_entries, numeric=True, plan=plan, time_first=time_first)
     if tied and work <= tie_work:
         opt, tied = _eliminate(cg, lam, max_entries, numeric=True, plan=plan, time_first=True)
     return opt, tied, work
+
+
+_TIE_WEIGHT = 1e-5
+"""Weight of memory against time in :func:`_smallest_of_fastest`'s weighted solve, relative to
+the fastest strategy's own (time / memory): small enough that a strategy slower by more than
+rounding seldom wins (the Transformer@16's fastest holds at 1e-3 too), large enough that the
+rounding of its sums hides at most about 1e-7 of that memory."""
+
+
+def _smallest_of_fastest(cg, fastest, max_entries, lex_work, max_work):
+    """The smallest of the fastest strategies of ``cg``, a :class:`ScalarOptimum` for lam 0, or
+    None where it was not proven; ``fastest``: a strategy of least time (of this graph's costs,
+    maybe found on a larger graph of the same costs).
+
+    Where the eliminations sum at most ``lex_work`` terms, (time, memory) are compared in order
+    (exact, at two to four times the work of one component). Past that, one component:
+    ``time + w * memory`` with ``w = _TIE_WEIGHT * time / memory`` of ``fastest``. Its optimum
+    ``x`` is accepted where its time is the least (within ``_LEX_RTOL``); then every fastest
+    strategy ``s`` has ``w * memory(s) >= w * memory(x)`` up to the rounding of the sums and
+    the tie, ``memory(s) >= memory(x) * (1 - 1e-7)`` or so. Where a slower strategy of less
+    memory wins instead, None. :class:`_TooWide` past ``max_work`` terms or ``max_entries``."""
+    work, plan = _plan_within(cg, 0.0, max_entries, max_entries, max_work)
+    if work <= lex_work:
+        return _eliminate(cg, 0.0, max_entries, numeric=True, plan=plan, time_first=True)[0]
+    weight = _TIE_WEIGHT * fastest.time / fastest.memory if fastest.memory > 0 else 0.0
+    if not weight > 0:  # no time to weigh memory against (or no memory to save): nothing to prove it with
+        return None
+    opt, _ = _eliminate(cg, weight, max_entries, numeric=True, plan=plan)
+    if not opt.time <= fastest.time + _LEX_RTOL * abs(fastest.time):
+        return None
+    return ScalarOptimum(opt.time, opt.memory, opt.time, opt.choices, opt.edge_choices, 0.0)
 
 
 def _step_entries(shape):

@@ -48,6 +48,9 @@ Guarantees
 
 from __future__ import annotations
 
+import os
+import sys
+import threading
 import time as _time
 from concurrent.futures import CancelledError, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -345,8 +348,7 @@ def _union(mem, tim, ch, ech, mem2, tim2, ch2, ech2):
 
 _SCREEN_TOL = 1e-9  # relaxation bounds and evaluated costs are summed in different orders
 _OPTIMUM_MAX_WORK = 2e9  # terms one exact optimum may sum (min_sum's max_work: a few seconds)
-_TIE_MAX_WORK = 5e7  # terms the smallest of the fastest strategies may sum (about a quarter second)
-_TIE_SCREEN_GAIN = 4  # screening by the least time seldom cuts the terms more: past it, no tie solve
+_TIE_MAX_WORK = 5e7  # terms the smallest of the fastest, (time, memory) in order, may sum (a quarter second)
 
 
 def _entries(max_bytes):
@@ -386,15 +388,16 @@ class _Optimum(NamedTuple):
 
 
 def _screened_optimum(cg, rb, lam, limit, entries, plan_entries=None):
-    """The exact optimum of ``time + lam * memory`` (``lam`` 0: least time, then memory, where
-    that sums at most ``_TIE_MAX_WORK`` terms; inf: least memory, then time), an
+    """The exact optimum of ``time + lam * memory`` (``lam`` 0: least time, and of the strategies
+    that tie for it the least memory, :func:`~.scalar._smallest_of_fastest`, or where that was
+    not solved a fastest strategy and why in ``ties``; inf: least memory, then time), an
     :class:`_Optimum`, or :func:`min_sum`'s refusal (a :class:`_Refusal`). With bounds
     ``rb`` and a finite ``limit`` (the weighted cost of an achievable strategy for that lam,
     memory for inf), it is solved on the configs whose relaxation bound allows a strategy at
     least that good: a config outside is in no optimal strategy (nor in a tie of one), so the
     optimum is the whole graph's, found on a far smaller graph. ``plan_entries`` (>= ``entries``,
     None: ``entries``): the refusal says whether that many entries would let it through."""
-    from .scalar import _min_sum_within, _TooWide
+    from .scalar import _min_sum_within, _smallest_of_fastest, _TooWide
     from .screen import restrict
 
     def screened(limit):
@@ -417,20 +420,19 @@ def _screened_optimum(cg, rb, lam, limit, entries, plan_entries=None):
                                           _OPTIMUM_MAX_WORK, tie_work=_TIE_MAX_WORK)
     except _TooWide as exc:  # too wide (or too much work) for exact variable elimination
         return _Refusal(f"lam={lam:g}: {exc}", exc.entries, limit if keep is not None else np.inf)
-    if not tied:
+    if not tied or opt.memory == 0:
         return strategy(opt, keep)
-    # the smallest of the fastest strategies, (time, memory) compared in order, on the configs
-    # that the least time leaves possible (the Transformer@16's fastest: half the terms)
-    if work > _TIE_SCREEN_GAIN * _TIE_MAX_WORK:
-        return strategy(opt, keep, f"the fastest strategies tie; the least memory among them was not solved "
-                                   f"(the least time summed {work:.3g} terms: more than "
-                                   f"{_TIE_SCREEN_GAIN * _TIE_MAX_WORK:.3g} for it)")
+    # the smallest of the fastest strategies, on the configs that the least time leaves
+    # possible (the Transformer@16's fastest: half the terms)
     graph, keep_tied = screened(opt.time)
     try:
-        smallest, _, _ = _min_sum_within(graph, lam, entries, entries, _TIE_MAX_WORK, time_first=True)
+        smallest = _smallest_of_fastest(graph, opt, entries, _TIE_MAX_WORK, _OPTIMUM_MAX_WORK)
     except _TooWide as exc:  # a fastest strategy all the same
         return strategy(opt, keep, f"the fastest strategies tie; the least memory among them was not solved: "
                                    f"{exc}")
+    if smallest is None:
+        return strategy(opt, keep, "the fastest strategies tie; the least memory among them was not solved: "
+                                   "a slower strategy of less memory won the weighted solve")
     return strategy(smallest, keep_tied)
 
 
@@ -499,6 +501,17 @@ _BACKGROUND_SHARE = 8
 _BACKGROUND_ANCHORS = True  # False: the anchors are always solved after the run (benchmarks compare)
 
 
+def _behind_the_run():
+    """Lower the calling thread (an anchors' thread) to the least CPU priority, where priorities
+    are per thread (Linux): it then runs on what the run leaves idle, its serial steps, instead
+    of taking turns with its kernels; the run waits for it at its end, when it runs alone."""
+    if sys.platform.startswith("linux"):
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        except OSError:  # a sandbox that forbids it: the same results, the anchors merely take turns
+            pass
+
+
 class _BackgroundOptima:
     """The anchors of :func:`track` (the exact fastest and smallest strategies) solved on a
     thread of their own while the run tracks the frontier, once the run is known to need them.
@@ -523,7 +536,8 @@ class _BackgroundOptima:
         self._refusals = {}  # lam -> _Refusal of its end
         self._window_bounds = {}  # lam -> the job computing window_bound(cg, lam)
         self._stop = False
-        self._pool = ThreadPoolExecutor(1 if threads < 4 else 2, thread_name_prefix="tensoropt-anchors")
+        self._pool = ThreadPoolExecutor(1 if threads < 4 else 2, thread_name_prefix="tensoropt-anchors",
+                                        initializer=_behind_the_run)
         self._bounds = self._pool.submit(self._timed, self._relaxation)
         self._solved = {0.0: self._pool.submit(self._timed, self._fastest)}
 
@@ -942,9 +956,11 @@ def track(
         graph's optimum on a graph often narrow enough for :func:`min_sum` where the whole one
         is not; one that is still too wide, or would sum more than 2e9 terms (a few seconds),
         is skipped (``True``: raises). Where several strategies share the least time, the
-        fastest anchor is the one of least memory among them (time, then memory, compared
-        in order: a second solve where the first finds such a tie) if that solve sums at most
-        5e7 terms (about a quarter second); past that it is a fastest strategy, and
+        fastest anchor is the one of least memory among them: a second solve where the first
+        finds such a tie, time, then memory, compared in order where that sums at most 5e7
+        terms (about a quarter second), else time + a weight of memory too small to trade
+        time for it (its memory then the least within about 1e-7). Where a slower strategy of
+        less memory wins that solve, the anchor is a fastest strategy, and
         ``stats["anchor_ties"]`` says that its memory is not proven the least of them.
         ``stats["anchors"]`` says what happened
         (``stats["anchors_skipped"]``: why an optimum is missing). For an end so skipped the
