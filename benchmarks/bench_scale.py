@@ -59,6 +59,10 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   anchors) solved on a thread of their own while the run goes on and solved after it, twice
   each, alternated: wall and CPU seconds, the anchors' seconds after the run and on their
   thread, which ends that thread solved, and whether the frontiers are the same;
+* ``transformer16_tie_solve``: the same with the fastest anchor's tie of least time solved by
+  the weighted solve on a thread at the least CPU priority, and left unsolved on a thread at
+  normal priority, four each, alternated (``--track-threads``): seconds, the anchors'
+  seconds after the run, whether the tie was solved, and whether the frontiers are the same;
 * ``transformer16_min_sum``: the anchors' two exact solves (:func:`~tensoropt_py.engine.min_sum` on
   the configs the relaxation bounds leave possible given that case's frontier; run
   ``transformer16_track`` first) with the numeric pass replaying the plan of the value-less pass
@@ -574,6 +578,32 @@ a, b = fronts["after"], fronts["beside"]
 out(case="transformer16_anchors_beside", threads={threads}, seconds_after=runs["after"], seconds_beside=runs["beside"],
     cpu_after=cpu["after"], cpu_beside=cpu["beside"], anchor_s_after=after["after"], anchor_s_beside=after["beside"],
     background_s=beside["beside"], solved_beside=b.stats.get("anchors_beside"), points=[len(a), len(b)],
+    same_frontier=bool(len(a) == len(b) and np.allclose(a.memory, b.memory, rtol=1e-12, atol=0)
+                       and np.allclose(a.time, b.time, rtol=1e-12, atol=0)))
+""",
+    "transformer16_tie_solve": r"""
+# the default track with the fastest anchor's weighted tie solve on a thread at the least CPU
+# priority (as it is), and with the tie left unsolved on a thread at normal priority, alternated,
+# four rounds: wall seconds, the anchors' seconds after the run, whether the tie was solved, and
+# whether the frontiers are the same
+import importlib
+track_mod = importlib.import_module("tensoropt_py.engine.track")
+scalar = importlib.import_module("tensoropt_py.engine.scalar")
+cg = build_cost_graph(zoo.transformer(), to.Cluster.preset("v100-2x8"), 16).cost_graph
+lower, weight = track_mod._behind_the_run, scalar._TIE_WEIGHT
+runs, after, solved, fronts = {{}}, {{}}, {{}}, {{}}
+for mode in ("unsolved", "solved") * 4:
+    track_mod._behind_the_run, scalar._TIE_WEIGHT = (lower, weight) if mode == "solved" else (lambda: None, 0.0)
+    t0 = time.perf_counter(); fr = track(cg, threads={threads}); runs.setdefault(mode, []).append(time.perf_counter() - t0)
+    after.setdefault(mode, []).append(fr.stats["anchor_seconds"])
+    solved.setdefault(mode, []).append("anchor_ties" not in fr.stats)
+    fronts.setdefault(mode, fr)
+track_mod._behind_the_run, scalar._TIE_WEIGHT = lower, weight
+a, b = fronts["unsolved"], fronts["solved"]
+out(case="transformer16_tie_solve", threads={threads}, seconds_unsolved=runs["unsolved"], seconds_solved=runs["solved"],
+    median_unsolved=float(np.median(runs["unsolved"])), median_solved=float(np.median(runs["solved"])),
+    anchor_s_unsolved=after["unsolved"], anchor_s_solved=after["solved"], tie_solved=[all(solved["unsolved"]),
+    all(solved["solved"])], points=[len(a), len(b)],
     same_frontier=bool(len(a) == len(b) and np.allclose(a.memory, b.memory, rtol=1e-12, atol=0)
                        and np.allclose(a.time, b.time, rtol=1e-12, atol=0)))
 """,

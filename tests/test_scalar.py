@@ -63,16 +63,21 @@ def _fastest_of_brute_force(cg):
     return float(bf.time[i]), float(bf.memory[i])
 
 
+def _tied_graph(seed):
+    """Integer costs (two of three seeds): many strategies share the least time, with other
+    memories (and edge options of equal time and other memories)."""
+    if seed % 3 == 0:
+        return random_chain(6, 4, layouts=2 if seed % 2 else None, options=2, seed=seed, integer_costs=True)
+    if seed % 3 == 1:
+        return random_cyclic_graph(n_nodes=6, max_k=4, edge_prob=0.6, seed=seed)
+    return random_layered_dag(3, 2, 3, layouts=2, options=2, seed=seed, integer_costs=True)
+
+
 @pytest.mark.parametrize("seed", range(30))
 def test_the_fastest_optimum_is_the_smallest_of_the_fastest_strategies(seed):
-    # integer costs: many strategies share the least time, with other memories (and edge options
-    # of equal time and other memories), which the least time alone does not tell apart
-    if seed % 3 == 0:
-        cg = random_chain(6, 4, layouts=2 if seed % 2 else None, options=2, seed=seed, integer_costs=True)
-    elif seed % 3 == 1:
-        cg = random_cyclic_graph(n_nodes=6, max_k=4, edge_prob=0.6, seed=seed)
-    else:
-        cg = random_layered_dag(3, 2, 3, layouts=2, options=2, seed=seed, integer_costs=True)
+    # the strategies that share the least time differ in memory, which the least time alone
+    # does not tell apart
+    cg = _tied_graph(seed)
     opt = min_sum(cg, 0.0)
     _check(cg, opt, 0.0)
     assert (opt.time, opt.memory) == _fastest_of_brute_force(cg)
@@ -82,23 +87,18 @@ def test_the_fastest_optimum_is_the_smallest_of_the_fastest_strategies(seed):
 def test_the_weighted_solve_of_the_smallest_of_the_fastest_equals_brute_force(seed, monkeypatch):
     # past the lexicographic solve's work, one solve of time + a tiny weight of memory: its
     # strategy, accepted where it is as fast as the fastest found, must hold brute force's
-    # least memory among the fastest strategies (integer costs: many tie, with other memories)
+    # least memory among the fastest strategies
     import importlib
 
     scalar_mod = importlib.import_module("tensoropt_py.engine.scalar")
-    if seed % 3 == 0:
-        cg = random_chain(6, 4, layouts=2 if seed % 2 else None, options=2, seed=seed, integer_costs=True)
-    elif seed % 3 == 1:
-        cg = random_cyclic_graph(n_nodes=6, max_k=4, edge_prob=0.6, seed=seed)
-    else:
-        cg = random_layered_dag(3, 2, 3, layouts=2, options=2, seed=seed, integer_costs=True)
+    cg = _tied_graph(seed)
     fastest, _, _ = scalar_mod._min_sum_within(cg, 0.0, 10**6, 10**6, None)
     lexicographic = scalar_mod._smallest_of_fastest(cg, fastest, 10**6, np.inf, None)
     weighted = scalar_mod._smallest_of_fastest(cg, fastest, 10**6, 0.0, None)
     for opt in (lexicographic, weighted):
         _check(cg, opt, 0.0)
         assert (opt.time, opt.memory) == _fastest_of_brute_force(cg)
-    # memory weighed as much as time: the least memory is slower, and nothing is proven
+    # memory weighed far above time: a slower strategy of less memory wins, and nothing is proven
     monkeypatch.setattr(scalar_mod, "_TIE_WEIGHT", 1e3)
     heavy = scalar_mod._smallest_of_fastest(cg, fastest, 10**6, 0.0, None)
     bf = brute_force_frontier(cg)
