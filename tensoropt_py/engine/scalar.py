@@ -414,14 +414,14 @@ def _plan_within(cg, lam, max_entries, plan_entries, max_work):
     return work, plan
 
 
-def _min_sum_within(cg, lam, max_entries, plan_entries, max_work, time_first=False, tie_work=0.0):
+def _min_sum_within(cg, lam, max_entries, plan_entries, max_work, tie_work=0.0):
     """:func:`min_sum` on checked input, planned by :func:`_plan_within`. For lam 0, where the
     least time ties (:func:`_eliminate`) and the eliminations sum at most ``tie_work`` terms,
     the same steps are replayed with ``time_first`` for the smallest of the fastest strategies.
     Returns ``(ScalarOptimum, tied, work)``: ``tied``, a tie left unsolved; ``work``, the
     terms the eliminations summed."""
     work, plan = _plan_within(cg, lam, max_entries, plan_entries, max_work)
-    opt, tied = _eliminate(cg, lam, max_entries, numeric=True, plan=plan, time_first=time_first)
+    opt, tied = _eliminate(cg, lam, max_entries, numeric=True, plan=plan)
     if tied and work <= tie_work:
         opt, tied = _eliminate(cg, lam, max_entries, numeric=True, plan=plan, time_first=True)
     return opt, tied, work

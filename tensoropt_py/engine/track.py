@@ -425,14 +425,13 @@ def _screened_optimum(cg, rb, lam, limit, entries, plan_entries=None):
     # the smallest of the fastest strategies, on the configs that the least time leaves
     # possible (the Transformer@16's fastest: half the terms)
     graph, keep_tied = screened(opt.time)
+    unsolved = "the fastest strategies tie; the least memory among them was not solved: "
     try:
         smallest = _smallest_of_fastest(graph, opt, entries, _TIE_MAX_WORK, _OPTIMUM_MAX_WORK)
     except _TooWide as exc:  # a fastest strategy all the same
-        return strategy(opt, keep, f"the fastest strategies tie; the least memory among them was not solved: "
-                                   f"{exc}")
+        return strategy(opt, keep, unsolved + str(exc))
     if smallest is None:
-        return strategy(opt, keep, "the fastest strategies tie; the least memory among them was not solved: "
-                                   "a slower strategy of less memory won the weighted solve")
+        return strategy(opt, keep, unsolved + "a slower strategy of less memory won the weighted solve")
     return strategy(smallest, keep_tied)
 
 
