@@ -128,6 +128,13 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   (``--candidate-counts``) against the default frontier of ``transformer16_track`` (run that
   case first): seconds (and those of the bounds and of the exact optima), configs kept, and the
   time lost at equal memory;
+* ``candidates_oracle``: candidate configs chosen by an oracle on the whole 16-device
+  Transformer, a choice no cheap one can beat by much: its graph restricted to the configs
+  that the default frontier of ``transformer16_track`` uses (run that case first), united over
+  the operators of equal node costs so that repeated layers stay repeated, tracked with
+  default settings (no anchors) and with no heuristic step (``exact=True``,
+  ``max_memory=--max-memory``): configs kept, seconds, points, heuristic steps, and the time
+  lost at equal memory against the default frontier;
 * ``mixtral``: a Mixtral-8x7B-shaped mixture-of-experts model (32 layers, hidden 4096, GQA
   32/8, 8 experts of FFN 14336, top-2, vocab 32000, batch 32 x 4096; 46.7 B parameters)
   imported from Hugging Face on the meta device, its frontier asked of ``to.frontier`` with
@@ -154,7 +161,7 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   points the descents added and the largest fall of min(time + lam * memory) they gave.
 
 Usage: python benchmarks/bench_scale.py [--cases transformer16_track transformer16_skip transformer16_dominated transformer16_sweep transformer16_covers transformer16_simd transformer16_hub_first transformer16_limits transformer16_terms transformer16_outside
-       transformer16_parts transformer16_join_order fastest threads cyclic interval_peak iopddl candidates candidates_full mesh_loss paper16 llama mixtral] [--timeout 600] [--threads 1 2] [--thread-devices 8] [--max-memory 4e9]
+       transformer16_parts transformer16_join_order fastest threads cyclic interval_peak iopddl candidates candidates_full candidates_oracle mesh_loss paper16 llama mixtral] [--timeout 600] [--threads 1 2] [--thread-devices 8] [--max-memory 4e9]
        [--candidate-graphs 1x16] [--paper-models wide_resnet rnn] [--paper-uncapped] [--llama-devices 32 64]
        [--llama-layers 32] [--llama-loss]
 """
@@ -224,7 +231,7 @@ out(case="transformer16_track", seconds=t1 - t0, points=len(fr), heuristic=fr.n_
     auto_exact_attempt=st.get("auto_exact_attempt"),
     anchors=str(st.get("anchors"))[:80], anchor_ties=st.get("anchor_ties"), anchor_s=st.get("anchor_seconds"), peak_gib=st["peak_table_bytes"] / 2**30,
     fastest=[float(fr.memory[-1]), float(fr.time[-1])], smallest=[float(fr.memory[0]), float(fr.time[0])])
-np.savez(T16_FRONTIER, memory=fr.memory, time=fr.time)
+np.savez(T16_FRONTIER, memory=fr.memory, time=fr.time, choices=fr.choices)
 """,
     "fastest": r"""
 from tensoropt_py.baselines import optcnn
@@ -991,6 +998,32 @@ for r in {candidate_counts}:
         configs=int(st["candidate_configs"]), all_configs=int(sum(cg.n_configs)), rounds=st["candidate_rounds"],
         bounds_s=st["bounds_seconds"], optima_s=st["anchor_seconds"], fastest=[float(fr.memory[-1]), float(fr.time[-1])],
         smallest=[float(fr.memory[0]), float(fr.time[0])], **gaps(fr, ref))
+""",
+    "candidates_oracle": r"""
+import hashlib
+from types import SimpleNamespace
+from tensoropt_py.engine.screen import restrict
+cg = build_cost_graph(zoo.transformer(), to.Cluster.preset("v100-2x8"), 16).cost_graph
+ref = t16_frontier()  # the default frontier (case transformer16_track) and its strategies
+used = [np.unique(ref["choices"][:, i]) for i in range(cg.n_nodes)]
+same_costs = {{}}  # operators of equal node costs (the repeated layers' own): one candidate set
+for i, c in enumerate(cg.node_costs):
+    same_costs.setdefault(hashlib.sha1(np.ascontiguousarray(c).tobytes()).hexdigest(), []).append(i)
+keep = list(used)
+for group in same_costs.values():
+    union = np.unique(np.concatenate([used[i] for i in group]))
+    for i in group:
+        keep[i] = union
+ref = SimpleNamespace(memory=ref["memory"], time=ref["time"])
+small = restrict(cg, keep)
+out(case="candidates_oracle", configs=int(sum(small.n_configs)), most_per_operator=int(max(small.n_configs)),
+    frontier_configs=int(sum(u.size for u in used)), most_used=int(max(u.size for u in used)),
+    all_configs=int(sum(cg.n_configs)))
+for run, kw in [("default", {{}}), ("no heuristic step", {{"exact": True, "epsilon": 1e-3, "max_memory": {max_memory}}})]:
+    t0 = time.perf_counter(); fr = track(small, threads={threads}, anchors=False, **kw); s = time.perf_counter() - t0
+    out(case="candidates_oracle", run=run, seconds=s, points=len(fr), heuristic=fr.n_heuristic,
+        peak_gib=fr.stats["peak_table_bytes"] / 2**30, fastest=[float(fr.memory[-1]), float(fr.time[-1])],
+        **gaps(fr, ref))
 """,
     "llama": r"""
 import resource, warnings
