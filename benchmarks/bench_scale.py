@@ -1000,21 +1000,20 @@ for r in {candidate_counts}:
         smallest=[float(fr.memory[0]), float(fr.time[0])], **gaps(fr, ref))
 """,
     "candidates_oracle": r"""
-import hashlib
 from types import SimpleNamespace
+from tensoropt_py.elimination.table import digest_arrays
 from tensoropt_py.engine.screen import restrict
 cg = build_cost_graph(zoo.transformer(), to.Cluster.preset("v100-2x8"), 16).cost_graph
-ref = t16_frontier()  # the default frontier (case transformer16_track) and its strategies
-used = [np.unique(ref["choices"][:, i]) for i in range(cg.n_nodes)]
+ref = SimpleNamespace(**t16_frontier())  # the default frontier (case transformer16_track) and its strategies
+used = [np.unique(ref.choices[:, i]) for i in range(cg.n_nodes)]
 same_costs = {{}}  # operators of equal node costs (the repeated layers' own): one candidate set
 for i, c in enumerate(cg.node_costs):
-    same_costs.setdefault(hashlib.sha1(np.ascontiguousarray(c).tobytes()).hexdigest(), []).append(i)
+    same_costs.setdefault(digest_arrays(c), []).append(i)
 keep = list(used)
 for group in same_costs.values():
     union = np.unique(np.concatenate([used[i] for i in group]))
     for i in group:
         keep[i] = union
-ref = SimpleNamespace(memory=ref["memory"], time=ref["time"])
 small = restrict(cg, keep)
 out(case="candidates_oracle", configs=int(sum(small.n_configs)), most_per_operator=int(max(small.n_configs)),
     frontier_configs=int(sum(u.size for u in used)), most_used=int(max(u.size for u in used)),
