@@ -96,6 +96,10 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   eliminated (its terms) reach the thinned output, and the call's seconds (best of 3) with its
   terms in their own order, reversed, and with the terms of most output points first (an
   oracle); the output is the same in every order;
+* ``cli_frontier``: the README's command ``tensoropt-py frontier --model transformer --cluster
+  v100-2x8 --devices 16``, run twice in a fresh interpreter: wall seconds, the stages it prints
+  (cost graph, tracking, each tracked point's peak memory) and the rest (imports, the plan of the
+  point picked under the memory cap, printing), and the points;
 * ``threads``: ``track`` on the Transformer at ``--thread-devices`` devices with
   ``threads=1, 2, ...`` (``--threads``), epsilon 1e-3 without anchors, and with default settings
   (seconds, speedup over the first count, and the seconds of the exact start given up and of
@@ -139,7 +143,7 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   32/8, 8 experts of FFN 14336, top-2, vocab 32000, batch 32 x 4096; 46.7 B parameters)
   imported from Hugging Face on the meta device, its frontier asked of ``to.frontier`` with
   default settings on the ``--llama-devices`` (the plain space, and with recomputation, sharded
-  optimizer state and bf16-mixed): seconds (all, build, track; the rest is every point's peak),
+  optimizer state and bf16-mixed): seconds (all, build, track, every tracked point's peak),
   points, proven bound, the fastest point's gap to a lower bound, the least memory and the
   fastest time, peak resident memory; and the space with those levers tracked with
   ``max_memory=--max-memory`` (seconds, points, memo hits, peak table bytes);
@@ -161,7 +165,7 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   points the descents added and the largest fall of min(time + lam * memory) they gave.
 
 Usage: python benchmarks/bench_scale.py [--cases transformer16_track transformer16_skip transformer16_dominated transformer16_sweep transformer16_covers transformer16_simd transformer16_hub_first transformer16_limits transformer16_terms transformer16_outside
-       transformer16_parts transformer16_join_order fastest threads cyclic interval_peak iopddl candidates candidates_full candidates_oracle mesh_loss paper16 llama mixtral] [--timeout 600] [--threads 1 2] [--thread-devices 8] [--max-memory 4e9]
+       transformer16_parts transformer16_join_order fastest cli_frontier threads cyclic interval_peak iopddl candidates candidates_full candidates_oracle mesh_loss paper16 llama mixtral] [--timeout 600] [--threads 1 2] [--thread-devices 8] [--max-memory 4e9]
        [--candidate-graphs 1x16] [--paper-models wide_resnet rnn] [--paper-uncapped] [--llama-devices 32 64]
        [--llama-layers 32] [--llama-loss]
 """
@@ -821,6 +825,24 @@ for s, (offs, mems, tims, term_off, _, eps, _), (row, col) in sorted(calls, key=
         row_out[name + "_s"] = s_
     out(case="join_order", **row_out)
 """,
+    "cli_frontier": r"""
+import re, subprocess
+# the command a new user runs (README), in a fresh interpreter, twice: wall seconds, the stages the
+# command prints (build, track, the points' peak memory), and the rest (imports, the picked plan,
+# printing)
+cmd = [sys.executable, "-m", "tensoropt_py", "frontier", "--model", "transformer", "--cluster", "v100-2x8",
+       "--devices", "16", "--quiet"]
+for run in range(2):
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    wall = time.perf_counter() - t0
+    stages = re.search(r"built in ([0-9.]+) s, frontier tracked in ([0-9.]+) s, its points' peak memory in ([0-9.]+) s",
+                       proc.stdout)
+    build, track_s, peaks = (float(x) for x in stages.groups())
+    points = int(re.search(r"([0-9]+) points", proc.stdout).group(1))
+    out(case="cli_frontier", run=run, seconds=wall, build_s=build, track_s=track_s, peaks_s=peaks,
+        rest_s=wall - build - track_s - peaks, points=points)
+""",
     "threads": r"""
 cg = build_cost_graph(zoo.transformer(), to.Cluster.preset("v100-2x8"), {devices}).cost_graph
 first = {{}}
@@ -1094,7 +1116,7 @@ for preset, devices in {llama_runs}:
         fr = to.frontier(g, preset, devices=devices, cache=False, **kw)
         s = time.perf_counter() - t0
         out(case="mixtral", devices=devices, space=name, seconds=s, build_s=fr.seconds["build"],
-            track_s=fr.seconds["track"], points=len(fr), epsilon=fr.epsilon, bound=fr.memory_bound_factor,
+            track_s=fr.seconds["track"], peaks_s=fr.seconds["peaks"], points=len(fr), epsilon=fr.epsilon, bound=fr.memory_bound_factor,
             heuristic=fr.heuristic_eliminations, fastest_gap=fr.fastest_gap,
             rss_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
             least_memory_gb=float(fr.memory[0]) / 1e9, its_time=float(fr.time[0]),

@@ -157,8 +157,10 @@ def _cmd_frontier(args):
     cap = parse_memory_cap(args.memory_cap, cluster)
     fr = api.frontier(args.model, cluster, _default_devices(args, cluster), **_frontier_options(args))
     print(fr)
-    print(f"cost graph built in {fr.seconds['build']:.2f} s, frontier tracked in {fr.seconds['track']:.2f} s "
-          f"({fr.accuracy}; {fr.meshes} meshes searched)")
+    peaks = fr.seconds.get("peaks")  # absent from frontiers saved before it was timed
+    print(f"cost graph built in {fr.seconds['build']:.2f} s, frontier tracked in {fr.seconds['track']:.2f} s"
+          + ("" if peaks is None else f", its points' peak memory in {peaks:.2f} s")
+          + f" ({fr.accuracy}; {fr.meshes} meshes searched)")
     try:
         picked = fr.index_under(cap)
     except TensorOptError as exc:

@@ -103,6 +103,9 @@ class Frontier:
         Whether several strategies share the least time and the fastest point's memory is not
         proven the least of theirs (a slower strategy of less memory won the solve that
         weighs memory, or it was past its work limit; ``track``'s ``stats["anchor_ties"]``).
+    seconds : dict
+        Wall-clock seconds of each stage: ``"build"`` (the cost graph), ``"track"`` (the
+        engine) and ``"peaks"`` (each tracked point's peak memory, and the Pareto points of it).
     """
 
     memory: np.ndarray
@@ -377,6 +380,7 @@ def compute_frontier(graph, cluster, devices: int, *, method: Method = "ldp", ex
     note("track", 1.0, t2 - t1)
     # the memory axis is each strategy's peak live memory (cost.memory), not Eq. 3's sum
     keep, memory = peak_frontier(mcg, tracked.time, tracked.choices, tracked.edge_choices)
+    t3 = _time.perf_counter()
     choices = np.asarray(tracked.choices, dtype=np.int64)[keep]
     edge_choices = np.asarray(tracked.edge_choices, dtype=np.int64)[keep]
     compute = np.zeros(len(keep))
@@ -393,7 +397,7 @@ def compute_frontier(graph, cluster, devices: int, *, method: Method = "ldp", ex
         cluster=cluster.name, epsilon=float(tracked.epsilon),
         exact=bool(heuristic == 0 and tracked.epsilon == 0 and not mesh_tensorflow and max_configs is None
                    and not mcg.meshes_restricted),
-        heuristic_eliminations=heuristic, seconds={"build": t1 - t0, "track": t2 - t1},
+        heuristic_eliminations=heuristic, seconds={"build": t1 - t0, "track": t2 - t1, "peaks": t3 - t2},
         model_cost_graph=mcg, model_fingerprint=graph.fingerprint(), optimizer=optimizer,
         memory_bound_factor=float(tracked.memory_bound_factor),
         recompute=training.recompute, shard_optimizer=training.shard_optimizer, precision=training.precision,

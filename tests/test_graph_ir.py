@@ -26,6 +26,23 @@ def test_valid_graph_and_queries():
     assert g.kinds() == {"input": 1, "unary": 2}
 
 
+
+@pytest.mark.parametrize("build", [zoo.transformer, zoo.small_cnn, zoo.wide_resnet], ids=["transformer", "cnn", "wrn"])
+def test_consumers_are_the_readers_of_each_tensor_in_order(build):
+    g = build()
+    for name in g.tensors:
+        readers = tuple(op.name for op in g.operators if any(u.tensor == name for u in op.inputs))
+        assert g.consumers(name) == readers
+
+
+def test_an_operator_reading_a_tensor_twice_is_one_consumer():
+    square = Operator("square", OpKind.BINARY, (LoopDim("b", 8, DimKind.SAMPLE),),
+                      inputs=(TensorUse("x", (("b",),)), TensorUse("x", (("b",),))), outputs=(TensorUse("y", (("b",),)),))
+    g = Graph([TensorSpec("x", (8,), role=TensorRole.INPUT), TensorSpec("y", (8,)), TensorSpec("z", (8,))],
+              [_load(), square, _relu("r", "x", "z")])
+    assert g.consumers("x") == ("square", "r")
+    assert g.consumers("z") == () and g.consumers("y") == ()
+
 def test_bad_extent():
     ts = [TensorSpec("x", (8,), role=TensorRole.INPUT), TensorSpec("y", (9,))]
     with pytest.raises(InvalidInputError, match="dimension 0"):

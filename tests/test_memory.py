@@ -106,7 +106,7 @@ def test_peaks_of_many_strategies_are_evaluated_in_bounded_blocks(monkeypatch):
     edge_choices = np.zeros((P, len(mcg.edges)), dtype=np.int64)
     whole = mm.peaks(choices, edge_choices)
     row = 8 * (4 * mm.n + 2)  # bytes of one strategy's row of one timeline array
-    monkeypatch.setattr(memory, "PEAK_BLOCK_BYTES", 10 * row * 16)  # blocks of 16 strategies
+    monkeypatch.setattr(memory, "PEAK_BLOCK_BYTES", 4 * row * 16)  # blocks of 16 strategies
     tracemalloc.start()
     try:
         blocks = mm.peaks(choices, edge_choices)
@@ -116,6 +116,34 @@ def test_peaks_of_many_strategies_are_evaluated_in_bounded_blocks(monkeypatch):
     np.testing.assert_array_equal(blocks, whole)
     assert peak < 4 * row * P  # all at once, the four timeline arrays alone take 4 * row * P
 
+
+
+def test_one_strategy_timeline_is_kept_only_for_that_strategy():
+    # a plan asks for its strategy's profile and live bytes in turn; asking for another in between
+    # must not return the first one's
+    mcg = build_cost_graph(load_model("small_transformer"), to.Cluster.preset("cpu-1x4"), 4)
+    rng = np.random.default_rng(1)
+    a, b = (np.array([rng.integers(0, len(c)) for c in mcg.configs]) for _ in range(2))
+    mm = MemoryModel(mcg)
+    live_a, prof_b, live_b = mm.live(a), mm.profile(b), mm.live(b)
+    assert not np.array_equal(live_a, live_b)
+    np.testing.assert_array_equal(live_a, MemoryModel(mcg).live(a))
+    np.testing.assert_array_equal(live_b, MemoryModel(mcg).live(b))
+    assert prof_b.peak == pytest.approx(live_b.max(), rel=1e-12)
+    assert mm.peaks(np.stack([a, b])) == pytest.approx([live_a.max(), live_b.max()], rel=1e-12)
+
+
+@pytest.mark.parametrize("columns", [1, 2, 3])
+def test_unique_rows_equal_numpy_unique_of_the_rows(columns):
+    from tensoropt_py.cost.memory import _unique_rows
+
+    rng = np.random.default_rng(columns)
+    for size in (1, 7, 300):
+        cols = [rng.integers(0, rng.integers(1, 9), size) for _ in range(columns)]
+        uniq, inv = _unique_rows(*cols)
+        ref_uniq, ref_inv = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)
+        np.testing.assert_array_equal(uniq, ref_uniq)
+        np.testing.assert_array_equal(inv, np.asarray(ref_inv).ravel())
 
 def test_peak_frontier_drops_points_dominated_by_peak():
     time = np.array([3.0, 2.0, 1.0])  # a tracked frontier (additive memory 1, 2, 3)

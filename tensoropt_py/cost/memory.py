@@ -219,6 +219,7 @@ class MemoryModel:
                 for r in idx[1:]:  # the executor keeps the parameter in its first reader's layout
                     self._tied_copies.append((pname, idx[0], r))
         self._cache: dict = {}
+        self._last_single = None  # (strategy key, timeline) of the last one-strategy call
         self._copies: dict = {}
         self._paths: dict = {}
 
@@ -406,8 +407,9 @@ class MemoryModel:
         return (not self.dropout and op.kind is OpKind.UNARY and dict(op.attrs).get("fn") == "dropout")
 
     # --- the timeline -------------------------------------------------------------------------
-    def _timeline(self, choices: np.ndarray, edge_choices: np.ndarray):
-        """Live bytes ``(P, 4n + 1)`` by category: persistent (P,), grads, saved, transient."""
+    def _timeline(self, choices: np.ndarray, edge_choices: np.ndarray, split: bool = True):
+        """Live bytes ``(P, 4n + 1)`` by category: persistent (P,), grads, saved, transient;
+        ``split=False``: persistent and the sum of the three, with half the arrays."""
         P, n = choices.shape[0], self.n
         E = 4 * n + 1
         fwd = 2 * np.arange(n) + 1  # running an operator forward
@@ -415,10 +417,11 @@ class MemoryModel:
         bwd = 4 * n - 2 - 2 * np.arange(n)  # running an operator backward
         post = bwd + 1  # rescheduling its input gradients (autograd runs that right after it)
         opt = 4 * n
-        d_grad = np.zeros((P, E + 1))
-        d_saved = np.zeros((P, E + 1))
-        d_trans = np.zeros((P, E + 1))
-        point_trans = np.zeros((P, E))
+        # changes of live bytes per event (event-major: an event's update is contiguous), one
+        # array per category or one for all
+        d_grad = np.zeros((E + 1, P))
+        d_saved, d_trans = (np.zeros((E + 1, P)), np.zeros((E + 1, P))) if split else (d_grad, d_grad)
+        point_trans = np.zeros((E, P))
         persistent = np.zeros(P)
         largest = np.zeros(P)
         sync = np.zeros(P)
@@ -427,8 +430,8 @@ class MemoryModel:
         rows = np.arange(P)
 
         def add(d, b, s, e):  # b live from event s to event e (scalars or one per point)
-            d[rows, s] += b
-            d[rows, np.asarray(e) + 1] -= b
+            d[s, rows if np.ndim(s) else slice(None)] += b
+            d[np.asarray(e) + 1, rows if np.ndim(e) else slice(None)] -= b
 
         recomputed = np.array([[c.recompute for c in cfgs] for cfgs in self.mcg.configs], dtype=object)
         rec = np.stack([np.asarray(recomputed[i], dtype=bool)[choices[:, i]] for i in range(n)], axis=1)
@@ -464,10 +467,10 @@ class MemoryModel:
             # of one of them to the operator's own backward
             add(d_trans, np.where(rec[:, i], rerun, 0.0), bwd[rerun_from[:, i]], bwd[i])
             lg = np.array([v[4] for v in vals])[inv]
-            point_trans[:, bwd[i]] += lg
+            point_trans[bwd[i]] += lg
             tied = self._tied_readers.get(i)
             if tied:  # the gradient arriving from another reader and the sum, next to the held one
-                point_trans[:, bwd[i]] += 2.0 * np.array([self._param_bytes(i, int(k), tied) for k in uniq])[inv]
+                point_trans[bwd[i]] += 2.0 * np.array([self._param_bytes(i, int(k), tied) for k in uniq])[inv]
         for j, (info, (sc, dc, table)) in enumerate(zip(self.mcg.edges, self.mcg.edge_tables)):
             u, v = self.mcg.edge_index[j]
             a, b, r = sc[choices[:, u]], dc[choices[:, v]], edge_choices[:, j]
@@ -481,24 +484,24 @@ class MemoryModel:
             # in backward, once the consumer's backward is done, the gradient of its copy and the
             # buffers rescheduling it into the producer's layout
             fw, bw = self._path_bytes(j, a, b)
-            point_trans[:, pre[v]] += fw
+            point_trans[pre[v]] += fw
             if info.consumer not in self._saved_by.get(info.tensor, ()):
-                point_trans[:, fwd[v]] += self._copy_bytes(j, a, b)  # the consumer reads its copy
-            point_trans[:, post[v]] += bw
+                point_trans[fwd[v]] += self._copy_bytes(j, a, b)  # the consumer reads its copy
+            point_trans[post[v]] += bw
             if info.reuse == "keep":  # a recomputed producer's copy, re-derived for the consumer's backward
                 dropped = (sc[choices[:, u]] >= len(info.src_layouts)) & np.isfinite(mem)
-                point_trans[:, bwd[v]] += np.where(dropped, fw, 0.0)
+                point_trans[bwd[v]] += np.where(dropped, fw, 0.0)
             if table.shape[2] > 1:  # a copy dropped after forward is re-derived in backward
                 at_v, at_u = self._rederive_bytes(j, a, b, r)
-                point_trans[:, bwd[v]] += at_v
-                point_trans[:, bwd[u]] += at_u
+                point_trans[bwd[v]] += at_v
+                point_trans[bwd[u]] += at_u
         for pname, m, r in self._tied_copies:
             # a reader whose layout of a shared parameter is not the first reader's works on a
             # rescheduled copy (kept for its backward) and sends its gradient back
             b = np.array([self._tied_copy_bytes(pname, m, int(km), r, int(kr))
                           for km, kr in zip(choices[:, m], choices[:, r])])
             add(d_saved, b, fwd[r], bwd[r])
-            point_trans[:, bwd[r]] += 2.0 * b
+            point_trans[bwd[r]] += 2.0 * b
         for c, ui, chain in self._aliases:
             same = np.ones(P, dtype=bool)
             for j in chain:
@@ -518,11 +521,12 @@ class MemoryModel:
         else:
             scratch = np.zeros(P)
         # in turn: the gradient reductions, the step, the all-gathers of sharded parameters
-        point_trans[:, opt] += np.maximum(np.maximum(scratch, sync), np.maximum(zero_sync, zero_gather)) + zero_kept
-        grads = np.cumsum(d_grad, axis=1)[:, :E]
-        saved = np.cumsum(d_saved, axis=1)[:, :E]
-        trans = np.cumsum(d_trans, axis=1)[:, :E] + point_trans
-        return persistent, grads, saved, trans
+        point_trans[opt] += np.maximum(np.maximum(scratch, sync), np.maximum(zero_sync, zero_gather)) + zero_kept
+        trans = np.cumsum(d_trans[:E], axis=0)
+        trans += point_trans
+        if not split:  # the one array holds every category
+            return persistent, trans.T
+        return persistent, np.cumsum(d_grad[:E], axis=0).T, np.cumsum(d_saved[:E], axis=0).T, trans.T
 
     def _rerun_starts(self, rec: np.ndarray) -> np.ndarray:
         """Per point and operator, the operator whose backward first reads a recomputed operator's
@@ -553,9 +557,9 @@ class MemoryModel:
 
     def _copy_bytes(self, j: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """:meth:`_pair_copy` per point (layout classes ``a``, ``b`` of the points)."""
-        uniq, inv = np.unique(np.stack([a, b], axis=1), axis=0, return_inverse=True)
+        uniq, inv = _unique_rows(a, b)
         vals = np.array([self._pair_copy(j, int(x), int(y)) for x, y in uniq])
-        return vals[np.asarray(inv).ravel()]
+        return vals[inv]
 
     def _path_bytes(self, j: int, a: np.ndarray, b: np.ndarray):
         """Transient bytes of edge ``j``'s forward and backward reschedulings per point.
@@ -563,8 +567,7 @@ class MemoryModel:
         A step holds its input (except the first step, which reads the producer's tensor, counted
         already) and what :func:`_step_bytes` says it allocates.
         """
-        pairs = np.stack([a, b], axis=1)
-        uniq, inv = np.unique(pairs, axis=0, return_inverse=True)
+        uniq, inv = _unique_rows(a, b)
         fw = np.zeros(len(uniq))
         bw = np.zeros(len(uniq))
         for q, (ai, bi) in enumerate(uniq):
@@ -574,7 +577,6 @@ class MemoryModel:
             if hit is None:
                 hit = self._paths[key] = self._edge_path_bytes(j, int(ai), int(bi))
             fw[q], bw[q] = hit
-        inv = np.asarray(inv).ravel()
         return fw[inv], bw[inv]
 
     def _rederive_bytes(self, j: int, a: np.ndarray, b: np.ndarray, r: np.ndarray):
@@ -587,8 +589,7 @@ class MemoryModel:
         info = self.mcg.edges[j]
         spec = self.mcg.graph.tensors[info.tensor]
         rs = self.mcg.rescheduler
-        uniq, inv = np.unique(np.stack([a, b, r], axis=1), axis=0, return_inverse=True)
-        inv = np.asarray(inv).ravel()
+        uniq, inv = _unique_rows(a, b, r)
         u_v, u_u = np.zeros(len(uniq)), np.zeros(len(uniq))
         for q, (ai, bi, ri) in enumerate(uniq):
             name = names[int(ri)]
@@ -656,14 +657,14 @@ class MemoryModel:
         """Peak bytes of every strategy: ``choices (P, n)``, ``edge_choices (P, edges)`` -> ``(P,)``.
 
         The timelines are built for a block of strategies at a time, so that their arrays
-        (about ten of ``(block, 4n + 1)`` floats) stay within ``PEAK_BLOCK_BYTES``: a frontier
-        of 40,000 points of a 2,000-operator model would otherwise need 25 GB at once."""
+        (about four of ``(block, 4n + 1)`` floats) stay within ``PEAK_BLOCK_BYTES``: a frontier
+        of 40,000 points of a 2,000-operator model would otherwise need 10 GB at once."""
         choices, edge_choices = self._check(choices, edge_choices)
-        block = max(1, PEAK_BLOCK_BYTES // (10 * 8 * (4 * self.n + 2)))
+        block = max(1, PEAK_BLOCK_BYTES // (4 * 8 * (4 * self.n + 2)))
         out = np.empty(choices.shape[0])
         for lo in range(0, choices.shape[0], block):
-            persistent, grads, saved, trans = self._timeline(choices[lo:lo + block], edge_choices[lo:lo + block])
-            out[lo:lo + block] = persistent + np.max(grads + saved + trans, axis=1)
+            persistent, live = self._timeline(choices[lo:lo + block], edge_choices[lo:lo + block], split=False)
+            out[lo:lo + block] = persistent + np.max(live, axis=1)
         return out
 
     def live(self, choices, edge_choices=None) -> np.ndarray:
@@ -672,15 +673,23 @@ class MemoryModel:
         choices, edge_choices = self._check(choices, edge_choices)
         if choices.shape[0] != 1:
             raise InvalidInputError(f"live() takes one strategy, got {choices.shape[0]}")
-        persistent, grads, saved, trans = self._timeline(choices, edge_choices)
+        persistent, grads, saved, trans = self._single_timeline(choices, edge_choices)
         return persistent[0] + (grads + saved + trans)[0]
+
+    def _single_timeline(self, choices, edge_choices):
+        """:meth:`_timeline` of one strategy, kept for the next call: a plan asks for its
+        strategy's :meth:`profile` and :meth:`live` in turn."""
+        key = (choices.tobytes(), edge_choices.tobytes())
+        if self._last_single is None or self._last_single[0] != key:
+            self._last_single = (key, self._timeline(choices, edge_choices))
+        return self._last_single[1]
 
     def profile(self, choices, edge_choices=None) -> MemoryProfile:
         """The :class:`MemoryProfile` of one strategy."""
         choices, edge_choices = self._check(choices, edge_choices)
         if choices.shape[0] != 1:
             raise InvalidInputError(f"profile() takes one strategy, got {choices.shape[0]}")
-        persistent, grads, saved, trans = self._timeline(choices, edge_choices)
+        persistent, grads, saved, trans = self._single_timeline(choices, edge_choices)
         live = grads + saved + trans
         e = int(np.argmax(live[0]))
         n = self.n
@@ -701,6 +710,16 @@ class MemoryModel:
             u, v = self.mcg.edge_index[j]
             total += float(table[sc[choices[u]], dc[choices[v]], int(edge_choices[j]), 0])
         return total
+
+
+def _unique_rows(*columns):
+    """The distinct rows of non-negative integer ``columns`` (equal length) in lexicographic
+    order and each row's index among them: ``np.unique(..., axis=0, return_inverse=True)`` on
+    one integer key per row, which sorts far faster than the rows themselves."""
+    cols = [np.asarray(c, dtype=np.int64) for c in columns]
+    dims = tuple(int(c.max()) + 1 if c.size else 1 for c in cols)
+    keys, inv = np.unique(np.ravel_multi_index(cols, dims), return_inverse=True)
+    return np.stack(np.unravel_index(keys, dims), axis=1), inv.ravel()
 
 
 def _step_bytes(kind, inp, out, upcast) -> float:

@@ -315,7 +315,7 @@ class Graph:
     (('load', 'relu', 'x'),)
     """
 
-    __slots__ = ("name", "tensors", "operators", "outputs", "_producer", "_index")
+    __slots__ = ("name", "tensors", "operators", "outputs", "_producer", "_index", "_consumers")
 
     def __init__(
         self,
@@ -333,6 +333,7 @@ class Graph:
         self.operators: tuple[Operator, ...] = tuple(operators)
         self._index = {}
         self._producer: dict[str, str] = {}
+        self._consumers: dict[str, list[str]] = {}
         for op in self.operators:
             if op.name in self._index:
                 raise InvalidInputError(f"graph {name!r} has two operators named {op.name!r}")
@@ -344,6 +345,9 @@ class Graph:
                         f"operator {op.name!r} reads {use.tensor!r} before any operator produces it "
                         "(operators must be in topological order)"
                     )
+                readers = self._consumers.setdefault(use.tensor, [])
+                if not readers or readers[-1] != op.name:  # an operator reading it twice is one consumer
+                    readers.append(op.name)
             for use in op.params:
                 if self.tensors[use.tensor].role not in (TensorRole.PARAMETER, TensorRole.CONSTANT):
                     raise InvalidInputError(
@@ -408,7 +412,8 @@ class Graph:
         return tuple(out)
 
     def consumers(self, tensor: str) -> tuple[str, ...]:
-        return tuple(op.name for op in self.operators if any(u.tensor == tensor for u in op.inputs))
+        """Names of the operators reading ``tensor`` as an input, in topological order."""
+        return tuple(self._consumers.get(tensor, ()))
 
     @property
     def parameters(self) -> tuple[TensorSpec, ...]:
