@@ -135,6 +135,28 @@ def test_place_moves_equal_moves(sizes, shape):
             assert _place_moves(shape, 4, lay.sizes, lay.place) == want
 
 
+def test_compiled_move_closure_equals_python_reference():
+    # the compiled expansion of a skeleton (placements as integer codes) against the expansion by
+    # _place_moves: the same nodes in the same order, the same edges and moves, closure after
+    # closure from several starts
+    pytest.importorskip("tensoropt_py.cost._reschedule")
+    from tensoropt_py.cost.reschedule import _MoveSkeleton
+
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        sizes = tuple(int(x) for x in rng.choice([2, 2, 3, 4], size=rng.integers(1, 6)))
+        n = math.prod(sizes)
+        profile = tuple(math.gcd(int(d), n) for d in rng.choice([1, 2, 3, 6, 8, 12, 16, 48, 64, 96], rng.integers(1, 5)))
+        compiled, reference = _MoveSkeleton(profile, sizes), _MoveSkeleton(profile, sizes, compiled=False)
+        assert compiled._code2id is not None and reference._code2id is None
+        for _ in range(3):
+            start = tuple(int(p) for p in rng.integers(-2, len(profile), size=len(sizes)))
+            assert compiled.id_of(start) == reference.id_of(start)
+            assert compiled.node(start) == reference.node(start)
+        assert compiled.places == reference.places and compiled.move_info == reference.move_info
+        for x, y in zip(compiled.csr(), reference.csr()):
+            assert np.array_equal(x, y)
+
 def _random_csr(rng, n, deg, mode):
     rows = [rng.choice(n, size=rng.integers(0, deg + 1)) for _ in range(n)]
     indptr = np.zeros(n + 1, dtype=np.int64)

@@ -1,7 +1,9 @@
 # cython: language_level=3
-"""Compiled single-source Dijkstra over a CSR move graph (see :mod:`tensoropt_py.cost.reschedule`).
+"""Compiled kernels of :mod:`tensoropt_py.cost.reschedule`: the closure of a move graph from a
+placement (:func:`expand_closure`, against the module's expansion by ``_place_moves``) and a
+single-source Dijkstra over its CSR arrays.
 
-Exactly the search of :func:`tensoropt_py.cost.reschedule.dijkstra_py` (the pure-Python
+The Dijkstra is exactly the search of :func:`tensoropt_py.cost.reschedule.dijkstra_py` (the pure-Python
 reference): nodes are popped in ``(distance, push counter)`` order, neighbours relaxed in
 CSR order with a strict ``<``, settled nodes skipped, so the pop order, the distances and
 the predecessor edges are identical to the reference (and to the original ``heapq`` search
@@ -18,7 +20,7 @@ import numpy as np
 
 cimport numpy as cnp
 from libc.stdint cimport uint64_t
-from libc.stdlib cimport free, malloc
+from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy
 
 cnp.import_array()
@@ -234,3 +236,255 @@ def dijkstra(const cnp.int64_t[::1] indptr, const cnp.int32_t[::1] indices, cons
     if failed:
         raise MemoryError()
     return settled
+
+
+# --- the move graph's closure ----------------------------------------------------------------
+# A placement of A fine axes (each on a tensor dimension 0..r-1, replicated -1 or partial -2) is
+# the integer code sum((place[a] + 2) * base**a), base = r + 2. A move is the key
+# ((bytes << A) | axes mask) * 8 + kind, kinds in the order of ``moves``.
+
+cdef enum:
+    _MAX_RANK = 16
+    _MAX_AXES = 24
+
+cdef struct Grow:
+    void* data
+    Py_ssize_t n
+    Py_ssize_t cap
+    size_t item
+
+
+cdef int _reserve(Grow* g, Py_ssize_t need) noexcept nogil:
+    cdef Py_ssize_t cap = g.cap
+    cdef void* p
+    if need <= cap:
+        return 0
+    while cap < need:
+        cap = cap * 2 if cap > 0 else 1024
+    p = realloc(g.data, cap * g.item)
+    if p == NULL:
+        return -1
+    g.data = p
+    g.cap = cap
+    return 0
+
+
+cdef struct Expansion:
+    Grow codes      # int64: node codes, in discovery order
+    Grow indptr     # int64: per expanded node, the end of its edges
+    Grow targets    # int32: edge targets (node ids)
+    Grow keys       # int64: edge move keys
+    cnp.int32_t* code2id
+    long long n0
+    int A
+
+
+cdef int _emit(Expansion* x, int kind, long long mask, long long nbytes, long long after) noexcept nogil:
+    cdef long long v = x.code2id[after]
+    if v < 0:
+        v = x.n0 + x.codes.n
+        if _reserve(&x.codes, x.codes.n + 1) != 0:
+            return -1
+        (<long long*> x.codes.data)[x.codes.n] = after
+        x.codes.n += 1
+        x.code2id[after] = <cnp.int32_t> v
+    if _reserve(&x.targets, x.targets.n + 1) != 0 or _reserve(&x.keys, x.keys.n + 1) != 0:
+        return -1
+    (<cnp.int32_t*> x.targets.data)[x.targets.n] = <cnp.int32_t> v
+    x.targets.n += 1
+    (<long long*> x.keys.data)[x.keys.n] = (((nbytes << x.A) | mask) << 3) | kind
+    x.keys.n += 1
+    return 0
+
+
+cdef int _expand_node(Expansion* x, long long code, int r, int A, const long long* profile,
+                      const long long* sizes, const long long* powers) noexcept nogil:
+    """The moves of one placement, in the order of ``_place_moves``."""
+    cdef int ax[_MAX_RANK][_MAX_AXES]
+    cdef int nax[_MAX_RANK]
+    cdef int rep[_MAX_AXES]
+    cdef int par[_MAX_AXES]
+    cdef int sharded[_MAX_RANK]
+    cdef int cnt[_MAX_RANK]
+    cdef int comb[_MAX_AXES]
+    cdef long long split[_MAX_RANK]
+    cdef int last[_MAX_RANK]
+    cdef int base = r + 2
+    cdef int a, j, i, k, t, p, nrep = 0, npar = 0, ns = 0
+    cdef long long c = code, total = 1, splits = 1, local, grow, mask, after
+    for j in range(r):
+        nax[j] = 0
+        total *= profile[j]
+    for a in range(A):
+        p = <int> (c % base) - 2
+        c //= base
+        if p >= 0:
+            ax[p][nax[p]] = a
+            nax[p] += 1
+        elif p == -1:
+            rep[nrep] = a
+            nrep += 1
+        else:
+            par[npar] = a
+            npar += 1
+    for j in range(r):
+        split[j] = 1
+        for k in range(nax[j]):
+            split[j] *= sizes[ax[j][k]]
+        splits *= split[j]
+        last[j] = ax[j][nax[j] - 1] if nax[j] else -1
+        if nax[j]:
+            sharded[ns] = j
+            ns += 1
+    local = total // splits
+    # slice: a replicated axis -> shards of dimension j (free)
+    for t in range(nrep):
+        a = rep[t]
+        for j in range(r):
+            if a > last[j] and profile[j] % (split[j] * sizes[a]) == 0:
+                if _emit(x, 0, 1LL << a, 0, code + (j + 1) * powers[a]) != 0:
+                    return -1
+    # all-gather: the innermost k_j axes of each sharded dimension -> replicated, for every
+    # (k_j) but all zero, in itertools.product order
+    if ns:
+        for i in range(ns):
+            cnt[i] = 0
+        while True:
+            i = ns - 1
+            while i >= 0:
+                cnt[i] += 1
+                if cnt[i] <= nax[sharded[i]]:
+                    break
+                cnt[i] = 0
+                i -= 1
+            if i < 0:
+                break
+            mask = 0
+            grow = 1
+            after = code
+            for i in range(ns):
+                j = sharded[i]
+                for k in range(nax[j] - cnt[i], nax[j]):
+                    a = ax[j][k]
+                    mask |= 1LL << a
+                    grow *= sizes[a]
+                    after += (1 - (j + 2)) * powers[a]
+            if _emit(x, 1, mask, local * grow, after) != 0:
+                return -1
+    # all-reduce and reduce-scatter of every combination of partial axes
+    for k in range(1, npar + 1):
+        for i in range(k):
+            comb[i] = i
+        while True:
+            mask = 0
+            grow = 1
+            after = code
+            for i in range(k):
+                a = par[comb[i]]
+                mask |= 1LL << a
+                grow *= sizes[a]
+                after += (1 - 0) * powers[a]  # partial (code 0) -> replicated (code 1)
+            if _emit(x, 2, mask, local, after) != 0:
+                return -1
+            for j in range(r):
+                if par[comb[0]] > last[j] and profile[j] % (split[j] * grow) == 0:
+                    after = code
+                    for i in range(k):
+                        after += (j + 2) * powers[par[comb[i]]]
+                    if _emit(x, 3, mask, local, after) != 0:
+                        return -1
+            i = k - 1
+            while i >= 0 and comb[i] == npar - k + i:
+                i -= 1
+            if i < 0:
+                break
+            comb[i] += 1
+            for t in range(i + 1, k):
+                comb[t] = comb[t - 1] + 1
+    # all-to-all: the innermost k axes of dimension i -> shards of dimension j
+    for t in range(ns):
+        i = sharded[t]
+        for k in range(1, nax[i] + 1):
+            mask = 0
+            grow = 1
+            for p in range(nax[i] - k, nax[i]):
+                mask |= 1LL << ax[i][p]
+                grow *= sizes[ax[i][p]]
+            for j in range(r):
+                if j != i and ax[i][nax[i] - k] > last[j] and profile[j] % (split[j] * grow) == 0:
+                    after = code
+                    for p in range(nax[i] - k, nax[i]):
+                        after += (j - i) * powers[ax[i][p]]
+                    if _emit(x, 4, mask, local, after) != 0:
+                        return -1
+    return 0
+
+
+def expand_closure(const cnp.int64_t[::1] profile, const cnp.int64_t[::1] sizes, long long start,
+                   cnp.int32_t[::1] code2id, long long n0):
+    """Every placement reachable from code ``start`` that ``code2id`` does not know yet.
+
+    ``code2id`` (``(r + 2) ** A`` entries, -1: unknown) gets the new nodes' ids, from ``n0`` on
+    in discovery order. Returns ``(codes, indptr, targets, keys)``: the new nodes' codes, and
+    their edges in CSR form (``indptr`` of ``len(codes) + 1`` offsets from 0, target ids,
+    move keys), the same nodes and edges in the same order as the pure-Python expansion of
+    :class:`tensoropt_py.cost.reschedule._MoveSkeleton`. Checks are the caller's.
+    """
+    cdef int r = profile.shape[0], A = sizes.shape[0]
+    cdef long long powers[_MAX_AXES]
+    cdef long long prof[_MAX_RANK]
+    cdef long long siz[_MAX_AXES]
+    cdef Expansion x
+    cdef Py_ssize_t k = 0
+    cdef int a, failed = 0
+    if r > _MAX_RANK or A > _MAX_AXES:
+        raise ValueError(f"expand_closure: rank {r} or {A} axes past {_MAX_RANK} / {_MAX_AXES}")
+    powers[0] = 1
+    for a in range(1, A):
+        powers[a] = powers[a - 1] * (r + 2)
+    for a in range(r):
+        prof[a] = profile[a]
+    for a in range(A):
+        siz[a] = sizes[a]
+    x.codes = Grow(NULL, 0, 0, sizeof(long long))
+    x.indptr = Grow(NULL, 0, 0, sizeof(long long))
+    x.targets = Grow(NULL, 0, 0, sizeof(cnp.int32_t))
+    x.keys = Grow(NULL, 0, 0, sizeof(long long))
+    x.code2id = &code2id[0]
+    x.n0 = n0
+    x.A = A
+    with nogil:
+        if _reserve(&x.codes, 1) != 0 or _reserve(&x.indptr, 1) != 0:
+            failed = 1
+        else:
+            (<long long*> x.codes.data)[0] = start
+            x.codes.n = 1
+            x.code2id[start] = <cnp.int32_t> n0
+            (<long long*> x.indptr.data)[0] = 0
+            x.indptr.n = 1
+            while k < x.codes.n:
+                if (_expand_node(&x, (<long long*> x.codes.data)[k], r, A, prof, siz, powers) != 0
+                        or _reserve(&x.indptr, x.indptr.n + 1) != 0):
+                    failed = 1
+                    break
+                (<long long*> x.indptr.data)[x.indptr.n] = x.targets.n
+                x.indptr.n += 1
+                k += 1
+    try:
+        if failed:
+            raise MemoryError("expand_closure: out of memory")
+        return (_to_array(&x.codes, np.int64), _to_array(&x.indptr, np.int64),
+                _to_array(&x.targets, np.int32), _to_array(&x.keys, np.int64))
+    finally:
+        free(x.codes.data)
+        free(x.indptr.data)
+        free(x.targets.data)
+        free(x.keys.data)
+
+
+cdef object _to_array(Grow* g, dtype):
+    out = np.empty(g.n, dtype=dtype)
+    cdef cnp.ndarray arr = out
+    if g.n:
+        memcpy(cnp.PyArray_DATA(arr), g.data, g.n * g.item)
+    return out

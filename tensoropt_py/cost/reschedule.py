@@ -46,8 +46,10 @@ reduce (``all_reduce``) when it is partial; an all-to-all's transpose is an all-
 Implementation
 --------------
 For one ``(shape, itemsize, fine sizes)`` the moves form a fixed graph. :class:`Rescheduler`
-enumerates it once into CSR arrays and runs a compiled single-source Dijkstra per source
-layout (``_reschedule.pyx``; :func:`dijkstra_py` is its pure-Python reference and fallback),
+enumerates it once into CSR arrays (compiled, over placements numbered by integer codes;
+:func:`_place_moves` is the reference and fallback) and runs a compiled single-source
+Dijkstra per source layout (``_reschedule.pyx``; :func:`dijkstra_py` is its pure-Python
+reference and fallback),
 batched over every request of :meth:`Rescheduler.matrices`. It breaks ties exactly like
 :class:`ReferenceRescheduler` (the original lazy ``heapq`` search over :class:`Layout`
 objects, kept for the tests), so times, matrices and paths are identical.
@@ -559,12 +561,17 @@ def dijkstra_py(indptr, indices, weights, source, targets, dist, prev, done) -> 
     return settled
 
 
-try:  # the compiled kernel (built by setup.py); the pure-Python reference otherwise
+try:  # the compiled kernels (built by setup.py); the pure-Python references otherwise
     from ._reschedule import dijkstra as _dijkstra
+    from ._reschedule import expand_closure as _expand_closure
 except ImportError:  # pragma: no cover - depends on the build
     _dijkstra = dijkstra_py
+    _expand_closure = None
 
 _NO_TARGETS = np.zeros(0, dtype=np.int32)
+_MOVE_KINDS = ("slice", "all_gather", "all_reduce", "reduce_scatter", "all_to_all")
+#: Most placements a skeleton's dense table of codes may hold (the compiled expansion's).
+_MAX_CODES = 1 << 24
 
 
 class _MoveSkeleton:
@@ -581,38 +588,95 @@ class _MoveSkeleton:
 
     Nodes are discovered as closures: when a placement is first asked for, everything
     reachable from it is enumerated (in :func:`moves` order), so a node id beyond what
-    existed when a search ran is unreachable from that search's source.
+    existed when a search ran is unreachable from that search's source. The compiled
+    expansion (``_reschedule.expand_closure``) numbers placements by integer codes in a
+    dense table; :meth:`_expand_reference`, on :func:`_place_moves`, is its reference and
+    serves where the kernel is not built or the table would be too large (``compiled``).
     """
 
-    __slots__ = ("profile", "sizes", "index", "places", "rows", "move_info", "_move_id", "_csr")
+    __slots__ = ("profile", "sizes", "places", "move_info", "_index", "_code2id", "_powers", "_move_id",
+                 "_indptr", "_targets", "_moves", "_csr")
 
-    def __init__(self, profile, sizes):
+    def __init__(self, profile, sizes, compiled=True):
         self.profile, self.sizes = profile, sizes
-        self.index: dict = {}
-        self.places: list = []
-        self.rows: list = []  # per node: (targets, move ids)
+        self.places: list = []  # node id -> placement tuple
         self.move_info: list = []  # move id -> (kind, axes, bytes of the profile tensor at itemsize 1)
-        self._move_id: dict = {}
+        base = len(profile) + 2
+        codes = base ** len(sizes)
+        self._index: dict = {}  # placement -> node id (the reference expansion)
+        self._code2id = None
+        if (compiled and _expand_closure is not None and codes <= _MAX_CODES and len(profile) <= 16
+                and math.prod(profile) < 1 << (59 - len(sizes))):  # the kernel's rank limit; move keys in int64
+            self._code2id = np.full(codes, -1, dtype=np.int32)
+            self._powers = tuple(base ** a for a in range(len(sizes)))
+        self._move_id: dict = {}  # move key -> move id
+        self._indptr = [np.zeros(1, dtype=np.int64)]  # CSR pieces, one per closure
+        self._targets: list = []
+        self._moves: list = []
         self._csr = None
 
+    @property
+    def n_expanded(self) -> int:
+        """Nodes whose moves are enumerated (every node of a closure once it is expanded)."""
+        return sum(len(p) for p in self._indptr) - 1
+
+    def id_of(self, place) -> int:
+        """Node id of a placement, -1 if not discovered."""
+        if self._code2id is None:
+            return self._index.get(place, -1)
+        return int(self._code2id[self._code(place)])
+
+    def _code(self, place) -> int:
+        return sum((p + 2) * w for p, w in zip(place, self._powers))
+
     def node(self, place) -> int:
-        i = self.index.get(place)
-        if i is None:
+        i = self.id_of(place)
+        if i < 0:
             i = self._expand(place)
         return i
 
     def _expand(self, place) -> int:
-        profile, sizes = self.profile, self.sizes
-        index, places, rows = self.index, self.places, self.rows
-        move_id, move_info = self._move_id, self.move_info
-        start = len(places)
-        index[place] = start
+        start = len(self.places)
+        if self._code2id is None:
+            self._expand_reference(place)
+        else:
+            self._expand_compiled(place)
+        return start
+
+    def _expand_compiled(self, place):
+        """The closure of ``place`` by ``_reschedule.expand_closure``: placements and moves come
+        back as integer codes and keys, decoded here once per new node and move."""
+        codes, indptr, targets, keys = _expand_closure(np.asarray(self.profile, dtype=np.int64),
+                                                       np.asarray(self.sizes, dtype=np.int64), self._code(place),
+                                                       self._code2id, len(self.places))
+        digits = codes[:, None] // np.asarray(self._powers, dtype=np.int64) % (len(self.profile) + 2) - 2
+        self.places.extend(map(tuple, digits.tolist()))
+        # move ids in the order of first use, as the reference numbers them
+        uniq, first, inv = np.unique(keys, return_index=True, return_inverse=True)
+        A = len(self.sizes)
+        ids = np.empty(len(uniq), dtype=np.int32)
+        for q in np.argsort(first, kind="stable").tolist():
+            key = int(uniq[q])
+            m = self._move_id.get(key)
+            if m is None:
+                mask = (key >> 3) & ((1 << A) - 1)
+                m = self._move_id[key] = len(self.move_info)
+                self.move_info.append((_MOVE_KINDS[key & 7], tuple(a for a in range(A) if mask >> a & 1),
+                                       key >> (A + 3)))
+            ids[q] = m
+        self._add_closure(indptr, targets, ids[inv.ravel()])
+
+    def _expand_reference(self, place):
+        """The closure of ``place`` by :func:`_place_moves`, breadth first, new nodes numbered in
+        the order their first move reaches them."""
+        index, places, move_id, move_info = self._index, self.places, self._move_id, self.move_info
+        k = len(places)
+        index[place] = k
         places.append(place)
-        k = start
+        lens, vs, ms = [], [], []
         while k < len(places):
-            vs, ms = [], []
-            for mk in _place_moves(profile, 1, sizes, places[k]):
-                kind, axes, after, nbytes = mk
+            moves_k = _place_moves(self.profile, 1, self.sizes, places[k])
+            for kind, axes, after, nbytes in moves_k:
                 v = index.get(after)
                 if v is None:
                     v = index[after] = len(places)
@@ -624,22 +688,25 @@ class _MoveSkeleton:
                     move_info.append(key)
                 vs.append(v)
                 ms.append(m)
-            rows.append((vs, ms))
+            lens.append(len(moves_k))
             k += 1
+        self._add_closure(np.concatenate([[0], np.cumsum(lens)]).astype(np.int64),
+                          np.asarray(vs, dtype=np.int32), np.asarray(ms, dtype=np.int32))
+
+    def _add_closure(self, indptr, targets, moves):
+        self._indptr.append(indptr[1:] + self._indptr[-1][-1])
+        self._targets.append(targets)
+        self._moves.append(moves)
         self._csr = None
-        return start
 
     def csr(self):
         """``(indptr, indices, edge_move, edge_src)`` arrays of the current graph."""
         if self._csr is None:
-            n = len(self.rows)
-            lens = np.fromiter((len(r[0]) for r in self.rows), dtype=np.int64, count=n)
-            indptr = np.zeros(n + 1, dtype=np.int64)
-            np.cumsum(lens, out=indptr[1:])
-            m = int(indptr[-1])
-            indices = np.fromiter((v for r in self.rows for v in r[0]), dtype=np.int32, count=m)
-            edge_move = np.fromiter((x for r in self.rows for x in r[1]), dtype=np.int32, count=m)
-            edge_src = np.repeat(np.arange(n, dtype=np.int32), lens)
+            indptr = np.concatenate(self._indptr)
+            indices = np.concatenate(self._targets) if self._targets else np.zeros(0, dtype=np.int32)
+            edge_move = np.concatenate(self._moves) if self._moves else np.zeros(0, dtype=np.int32)
+            edge_src = np.repeat(np.arange(len(indptr) - 1, dtype=np.int32), np.diff(indptr))
+            self._indptr, self._targets, self._moves = [indptr], [indices], [edge_move]
             self._csr = (indptr, indices, edge_move, edge_src)
         return self._csr
 
@@ -659,16 +726,11 @@ class _MoveGraph:
         self._csr = self._csr_of = None
 
     @property
-    def index(self):
-        return self.skeleton.index
-
-    @property
     def places(self):
         return self.skeleton.places
 
-    @property
-    def rows(self):
-        return self.skeleton.rows
+    def id_of(self, place) -> int:
+        return self.skeleton.id_of(place)
 
     def node(self, place, step_time) -> int:
         return self.skeleton.node(place)
@@ -802,7 +864,7 @@ class Rescheduler(ReferenceRescheduler):
             dst = dst.reexpress(src.sizes)
             if dst is None:
                 return None
-        return g.index.get(dst.place, -1)
+        return g.id_of(dst.place)
 
     def _dist(self, shape, itemsize, src, dst) -> float:
         """Seconds from ``src`` to ``dst`` (checked, ``src != dst``)."""
@@ -979,7 +1041,7 @@ class Rescheduler(ReferenceRescheduler):
         info = super().cache_info()
         info["searches"] += self._nruns
         info["states"] += sum(len(g.places) for g in self._skeletons.values())
-        info["expanded"] += sum(len(g.rows) for g in self._skeletons.values())
+        info["expanded"] += sum(g.n_expanded for g in self._skeletons.values())
         info["graphs"] = len(self._graphs)
         info["skeletons"] = len(self._skeletons)
         return info
