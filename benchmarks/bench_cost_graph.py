@@ -8,6 +8,12 @@ it provides the model, else the small stand-ins defined here.
 ``--reference`` also times the original construction (``build_cost_graph(..., reference=True)``)
 and ``--check`` verifies that the fast build equals it exactly (node costs, configs, layout
 classes, edge tables, decoded strategies) on a few small models with 4 and 8 devices.
+
+``--closures`` times the rescheduling move graphs alone: the closure of the replicated
+placement of a rank-4 tensor whose dimensions all divide ``N``, on the fine grid of ``N``
+devices (``N`` of ``--devices``), enumerated by the compiled kernel and by its pure-Python
+reference (``_MoveSkeleton(..., compiled=False)``), best of 3 each, with whether the two
+graphs are the same (nodes, edges, moves).
 """
 
 from __future__ import annotations
@@ -100,16 +106,49 @@ def check(cluster) -> bool:
     return ok
 
 
+def closures(devices):
+    """The move-graph closures, compiled against the pure-Python reference."""
+    from tensoropt_py.cost.reschedule import _MoveSkeleton
+    from tensoropt_py.space.layout import REPLICATE
+    from tensoropt_py.space.mesh import prime_factors
+
+    print(f"{'N':>3s} {'fine grid':>20s} {'nodes':>7s} {'edges':>9s} {'compiled s':>10s} {'reference s':>11s} "
+          f"{'ratio':>6s}  same")
+    for n in devices:
+        sizes = prime_factors(n)
+        profile = (n,) * 4
+        best = {}
+        skeletons = {}
+        for compiled in (True, False) * 3:
+            t0 = time.perf_counter()
+            skel = _MoveSkeleton(profile, sizes, compiled=compiled)
+            skel.node((REPLICATE,) * len(sizes))
+            skel.csr()
+            dt = time.perf_counter() - t0
+            best[compiled] = min(best.get(compiled, dt), dt)
+            skeletons[compiled] = skel
+        a, b = skeletons[True], skeletons[False]
+        same = (a.places == b.places and a.move_info == b.move_info
+                and all(np.array_equal(x, y) for x, y in zip(a.csr(), b.csr())))
+        print(f"{n:3d} {str(sizes):>20s} {len(a.places):7d} {len(a.csr()[1]):9d} {best[True]:10.3f} "
+              f"{best[False]:11.3f} {best[False] / best[True]:6.1f}  {same}")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--devices", type=int, nargs="+", default=[8, 16, 32])
     ap.add_argument("--models", nargs="+", default=["mlp", "transformer"])
     ap.add_argument("--reference", action="store_true", help="also time the original (reference) construction")
     ap.add_argument("--check", action="store_true", help="check fast == reference on small models, then exit")
+    ap.add_argument("--closures", action="store_true",
+                    help="time the move-graph closures (compiled vs reference) on the --devices, then exit")
     args = ap.parse_args(argv)
     cl = Cluster.preset("h100-4x8")
     if args.check:
         raise SystemExit(0 if check(cl) else 1)
+    if args.closures:
+        closures(args.devices)
+        return
     print(f"{'model':12s} {'N':>3s} {'ops':>4s} {'build s':>8s} {'ref s':>8s} {'configs':>8s} {'searches':>8s}  "
           "configs per op kind (max)")
     for name in args.models:

@@ -333,8 +333,8 @@ def compute_frontier(graph, cluster, devices: int, *, method: Method = "ldp", ex
         Keep at most this many configurations per operator (the fastest; None: all).
     progress : callable, optional
         Called as ``progress(stage, fraction, elapsed_seconds, detail)`` when a stage starts and
-        ends (stages ``"build"`` and ``"track"``) and while the engine tracks (fraction of the
-        nodes eliminated, points so far).
+        ends (stages ``"build"``, ``"track"`` and ``"peaks"``) and while the engine tracks
+        (fraction of the nodes eliminated, points so far).
     training : TrainingOptions, optional
         Recomputation, sharded optimizer state and precision
         (:func:`tensoropt_py.cost.training.check_training_options`); default the plain space.
@@ -378,9 +378,11 @@ def compute_frontier(graph, cluster, devices: int, *, method: Method = "ldp", ex
                     progress=on_track if progress is not None else None)
     t2 = _time.perf_counter()
     note("track", 1.0, t2 - t1)
+    note("peaks", 0.0, 0.0)
     # the memory axis is each strategy's peak live memory (cost.memory), not Eq. 3's sum
     keep, memory = peak_frontier(mcg, tracked.time, tracked.choices, tracked.edge_choices)
     t3 = _time.perf_counter()
+    note("peaks", 1.0, t3 - t2)
     choices = np.asarray(tracked.choices, dtype=np.int64)[keep]
     edge_choices = np.asarray(tracked.edge_choices, dtype=np.int64)[keep]
     compute = np.zeros(len(keep))

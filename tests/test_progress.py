@@ -28,5 +28,5 @@ def test_pipe_gets_only_finished_stages_and_none_when_disabled():
     p = Progress(True, out)
     to.frontier("mlp", "cpu-1x4", devices=4, cache=False, progress=p)
     lines = out.getvalue().splitlines()
-    assert [line.split(":")[0] for line in lines] == ["build", "track"]
+    assert [line.split(":")[0] for line in lines] == ["build", "track", "peaks"]
     assert all("done in" in line for line in lines)
