@@ -572,6 +572,41 @@ def test_the_fastest_end_of_an_approximate_frontier_is_the_exact_frontiers(seed)
     np.testing.assert_array_equal(runs[0].time, runs[1].time)
 
 
+
+def _zero_time_graph(seed):
+    """Random integer costs where two configs of every node and the pairs between them take no
+    time (so the least time is 0, shared by many strategies of other memories), and the other
+    configs and pairs take time but often less memory."""
+    rng = np.random.default_rng(seed)
+    n, k = 5, 4
+    nodes = []
+    for _ in range(n):
+        c = np.stack([rng.integers(1, 20, k), rng.integers(1, 4, k)], axis=1).astype(float)
+        c[:2, 1] = 0.0
+        nodes.append(c)
+    edges = []
+    for v in range(1, n):
+        for u in rng.choice(v, size=min(v, 2), replace=False):
+            e = np.stack([rng.integers(0, 9, (k, k)), rng.integers(1, 4, (k, k))], axis=2).astype(float)
+            e[:2, :2, 1] = 0.0
+            edges.append((int(u), v, e))
+    return CostGraph(nodes, edges)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_weighted_solve_of_a_least_time_of_zero_equals_brute_force(seed):
+    # a least time of 0 gives the weight of memory no scale of its own: the weighted solve must
+    # still find the least memory among the strategies that take no time, not report a tie
+    import importlib
+
+    scalar_mod = importlib.import_module("tensoropt_py.engine.scalar")
+    cg = _zero_time_graph(seed)
+    fastest, _, _ = scalar_mod._min_sum_within(cg, 0.0, 10**6, 10**6, None)
+    assert fastest.time == 0
+    weighted = scalar_mod._smallest_of_fastest(cg, fastest, 10**6, 0.0, None)
+    _check(cg, weighted, 0.0)
+    assert (weighted.time, weighted.memory) == _fastest_of_brute_force(cg)
+
 def test_ties_of_the_fastest_too_costly_to_resolve_are_reported(monkeypatch):
     # the smallest of the fastest strategies sums more terms than the lexicographic solve may:
     # the weighted solve finds it. Where that cannot prove it either (memory weighed so much

@@ -31,7 +31,7 @@ from ..elimination.table import table_key, unique_rows
 from . import _minplus
 from ..errors import InfeasibleError, InvalidInputError
 from ..units import parse_positive
-from .cost_graph import CostGraph, evaluate
+from .cost_graph import CostGraph, LayoutEdge, evaluate
 
 __all__ = ["ScalarOptimum", "min_sum", "min_of_sums", "min_of_sums_reference", "lex_min_of_sums",
            "lex_min_of_sums_reference", "MAX_FACTOR_ENTRIES"]
@@ -445,17 +445,34 @@ def _smallest_of_fastest(cg, fastest, max_entries, lex_work, max_work):
     ``x`` is accepted where its time is the least (within ``_LEX_RTOL``); then every fastest
     strategy ``s`` has ``w * memory(s) >= w * memory(x)`` up to the rounding of the sums and
     the tie, ``memory(s) >= memory(x) * (1 - 1e-7)`` or so. Where a slower strategy of less
-    memory wins instead, None. :class:`_TooWide` past ``max_work`` terms or ``max_entries``."""
+    memory wins instead, None. A least time of 0 has no scale of its own: then ``w * memory``
+    of ``fastest`` is half the graph's least positive time cost, below the time of any slower
+    strategy (a sum of non-negative costs, one of them positive), so ``x`` takes no time and
+    is exact. :class:`_TooWide` past ``max_work`` terms or ``max_entries``."""
     work, plan = _plan_within(cg, 0.0, max_entries, max_entries, max_work)
     if work <= lex_work:
         return _eliminate(cg, 0.0, max_entries, numeric=True, plan=plan, time_first=True)[0]
-    weight = _TIE_WEIGHT * fastest.time / fastest.memory if fastest.memory > 0 else 0.0
-    if not weight > 0:  # no time to weigh memory against (or no memory to save): nothing to prove it with
+    if not fastest.memory > 0:  # no memory to save: nothing to prove it with
         return None
+    scale = _TIE_WEIGHT * fastest.time if fastest.time > 0 else 0.5 * _least_positive_time(cg)
+    weight = scale / fastest.memory
     opt, _ = _eliminate(cg, weight, max_entries, numeric=True, plan=plan)
     if not opt.time <= fastest.time + _LEX_RTOL * abs(fastest.time):
         return None
     return ScalarOptimum(opt.time, opt.memory, opt.time, opt.choices, opt.edge_choices, 0.0)
+
+
+def _least_positive_time(cg):
+    """The least positive finite time of any config or edge option of ``cg`` (1.0 where every
+    time is 0: then any weight of memory orders the strategies by memory alone)."""
+    times = [c[:, 1] for c in cg.node_costs]
+    times += [(cost.table if isinstance(cost, LayoutEdge) else cost)[..., 1] for _, _, cost in cg.edges]
+    least = math.inf
+    for t in times:
+        positive = t[(t > 0) & np.isfinite(t)]
+        if positive.size:
+            least = min(least, float(positive.min()))
+    return least if math.isfinite(least) else 1.0
 
 
 def _step_entries(shape):
