@@ -96,8 +96,8 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   eliminated (its terms) reach the thinned output, and the call's seconds (best of 3) with its
   terms in their own order, reversed, and with the terms of most output points first (an
   oracle); the output is the same in every order;
-* ``cli_frontier``: the README's command ``tensoropt-py frontier --model transformer --cluster
-  v100-2x8 --devices 16``, run twice in a fresh interpreter: wall seconds, the stages it prints
+* ``cli_frontier``: ``tensoropt-py frontier --model transformer --cluster v100-2x8 --devices 16``
+  as a user runs it, twice, each in a fresh interpreter: wall seconds, the stages it prints
   (cost graph, tracking, each tracked point's peak memory) and the rest (imports, the plan of the
   point picked under the memory cap, printing), and the points;
 * ``threads``: ``track`` on the Transformer at ``--thread-devices`` devices with
@@ -827,7 +827,7 @@ for s, (offs, mems, tims, term_off, _, eps, _), (row, col) in sorted(calls, key=
 """,
     "cli_frontier": r"""
 import re, subprocess
-# the command a new user runs (README), in a fresh interpreter, twice: wall seconds, the stages the
+# the command a user runs, in a fresh interpreter, twice: wall seconds, the stages the
 # command prints (build, track, the points' peak memory), and the rest (imports, the picked plan,
 # printing)
 cmd = [sys.executable, "-m", "tensoropt_py", "frontier", "--model", "transformer", "--cluster", "v100-2x8",
