@@ -194,9 +194,16 @@ def test_compiled_dijkstra_equals_python_reference():
                 assert np.array_equal(x, y)
 
 
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled-closures", "python-closures"])
 @pytest.mark.parametrize("sizes,shape,other", [((2, 2, 2), (8, 8), None), ((2, 2, 2, 2), (16, 12, 8), None),
                                                ((2, 3), (12, 6), (3, 2))])
-def test_fast_rescheduler_equals_reference(sizes, shape, other):
+def test_fast_rescheduler_equals_reference(sizes, shape, other, compiled, monkeypatch):
+    if compiled:
+        pytest.importorskip("tensoropt_py.cost._reschedule")
+    else:  # move graphs too large for the compiled closure's table take the Python expansion
+        import tensoropt_py.cost.reschedule as reschedule
+
+        monkeypatch.setattr(reschedule, "_MAX_CODES", 0)
     fast, ref = Rescheduler(CommModel(CL)), ReferenceRescheduler(CommModel(CL))
     lays = [l for l in layouts(sizes, len(shape)) if l.fits(shape)]
     srcs = lays[::3]
@@ -204,6 +211,7 @@ def test_fast_rescheduler_equals_reference(sizes, shape, other):
     if other is not None:  # targets on another fine grid (re-expressed or multi-grid search)
         dsts += [l for l in layouts(other, len(shape), partial=False) if l.fits(shape)]
     m = fast.matrix(shape, "float32", srcs, dsts)
+    assert all((skel._code2id is not None) == compiled for skel in fast._skeletons.values())
     assert np.array_equal(m, ref.matrix(shape, "float32", srcs, dsts))
     assert fast.matrix(shape, "float32", srcs, dsts) is m  # cached
     plain = [l for l in srcs if not l.is_partial][:4]
