@@ -105,7 +105,7 @@ class Frontier:
         weighs memory, or it was past its work limit; ``track``'s ``stats["anchor_ties"]``).
     seconds : dict
         Wall-clock seconds of each stage: ``"build"`` (the cost graph), ``"track"`` (the
-        engine) and ``"peaks"`` (each tracked point's peak memory, and the Pareto points of it).
+        engine) and ``"peaks"`` (each tracked point's peak memory, and the points Pareto-optimal by it).
     """
 
     memory: np.ndarray
