@@ -97,6 +97,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..elimination.table import unique_rows
 from ..errors import InvalidInputError
 from ..graph.ir import DTYPE_BYTES, OpKind, TensorRole
 from .optimizer import check_optimizer, state_bytes_per_param
@@ -714,12 +715,11 @@ class MemoryModel:
 
 def _unique_rows(*columns):
     """The distinct rows of non-negative integer ``columns`` (equal length) in lexicographic
-    order and each row's index among them: ``np.unique(..., axis=0, return_inverse=True)`` on
-    one integer key per row, which sorts far faster than the rows themselves."""
-    cols = [np.asarray(c, dtype=np.int64) for c in columns]
-    dims = tuple(int(c.max()) + 1 if c.size else 1 for c in cols)
-    keys, inv = np.unique(np.ravel_multi_index(cols, dims), return_inverse=True)
-    return np.stack(np.unravel_index(keys, dims), axis=1), inv.ravel()
+    order and each row's index among them, by :func:`~tensoropt_py.elimination.table.unique_rows`
+    (one integer key per row, which sorts far faster than the rows themselves)."""
+    rows = np.stack([np.asarray(c, dtype=np.int64) for c in columns], axis=1)
+    first, inv = unique_rows(rows)
+    return rows[first], inv
 
 
 def _step_bytes(kind, inp, out, upcast) -> float:
