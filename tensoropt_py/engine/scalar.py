@@ -31,7 +31,7 @@ from ..elimination.table import table_key, unique_rows
 from . import _minplus
 from ..errors import InfeasibleError, InvalidInputError
 from ..units import parse_positive
-from .cost_graph import CostGraph, LayoutEdge, evaluate
+from .cost_graph import CostGraph, evaluate
 
 __all__ = ["ScalarOptimum", "min_sum", "min_of_sums", "min_of_sums_reference", "lex_min_of_sums",
            "lex_min_of_sums_reference", "MAX_FACTOR_ENTRIES"]
@@ -465,8 +465,7 @@ def _smallest_of_fastest(cg, fastest, max_entries, lex_work, max_work):
 def _least_positive_time(cg):
     """The least positive finite time of any config or edge option of ``cg`` (1.0 where every
     time is 0: then any weight of memory orders the strategies by memory alone)."""
-    times = [c[:, 1] for c in cg.node_costs]
-    times += [(cost.table if isinstance(cost, LayoutEdge) else cost)[..., 1] for _, _, cost in cg.edges]
+    times = [c[:, 1] for c in cg.node_costs] + [tab[..., 1] for *_, tab in cg._norm]
     least = math.inf
     for t in times:
         positive = t[(t > 0) & np.isfinite(t)]
