@@ -383,7 +383,7 @@ cdef int _expand_node(Expansion* x, long long code, int r, int A, const long lon
                 a = par[comb[i]]
                 mask |= 1LL << a
                 grow *= sizes[a]
-                after += (1 - 0) * powers[a]  # partial (code 0) -> replicated (code 1)
+                after += powers[a]  # partial (code 0) -> replicated (code 1)
             if _emit(x, 2, mask, local, after) != 0:
                 return -1
             for j in range(r):
