@@ -115,7 +115,8 @@ def frontier(
         1e-3 (with ``exact=True``: 0). See :func:`tensoropt_py.engine.track` for the
         guarantee; ``Frontier.epsilon`` and ``Frontier.accuracy`` say what was used.
     threads : int, optional
-        Engine worker threads (None: all cores); the result does not depend on it.
+        Worker threads of the cost graph's rescheduling searches and of the engine (None: all
+        cores); the result does not depend on it.
     optimizer : {"adam", "momentum", "sgd"}
         Decides the optimizer-state memory and update time per parameter.
     mesh_tensorflow : bool

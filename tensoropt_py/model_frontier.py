@@ -323,8 +323,11 @@ def compute_frontier(graph, cluster, devices: int, *, method: Method = "ldp", ex
     cluster : Cluster
     devices : int
         A checked device count (see :func:`tensoropt_py.inputs.check_devices`).
-    method, exact, epsilon, threads
+    method, exact, epsilon
         Passed to :func:`tensoropt_py.engine.track`.
+    threads : int or None
+        Worker threads of the build's rescheduling searches and of
+        :func:`tensoropt_py.engine.track` (None: every core).
     optimizer : {"adam", "momentum", "sgd"}
         Decides the optimizer-state memory and update time per parameter.
     mesh_tensorflow : bool
@@ -364,7 +367,7 @@ def compute_frontier(graph, cluster, devices: int, *, method: Method = "ldp", ex
     t0 = _time.perf_counter()
     note("build", 0.0, 0.0)
     mcg = build_cost_graph(graph, cluster, devices, optimizer=optimizer, mesh_tensorflow=mesh_tensorflow,
-                           max_configs=max_configs, training=training, meshes=meshes)
+                           max_configs=max_configs, training=training, meshes=meshes, threads=threads)
     t1 = _time.perf_counter()
     note("build", 1.0, t1 - t0)
     note("track", 0.0, 0.0)

@@ -7,6 +7,7 @@ from tensoropt_py.cluster import Cluster
 from tensoropt_py.cost.builder import FORBIDDEN_TIME, build_cost_graph
 from tensoropt_py.cost.comm import CommModel
 from tensoropt_py.cost.compute import ComputeModel
+from tensoropt_py.cost.reschedule import Rescheduler
 from tensoropt_py.errors import InvalidInputError
 from tensoropt_py.engine import evaluate
 from tensoropt_py.graph.builder import GraphBuilder
@@ -240,3 +241,20 @@ def test_fast_builder_with_python_kernel(monkeypatch):
     monkeypatch.setattr(reschedule, "_dijkstra", reschedule.dijkstra_py)
     g = models.small_transformer()
     assert_same_cost_graph(build_cost_graph(g, CL, 4), build_cost_graph(g, CL, 4, reference=True))
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_fast_builder_threads_equal_reference(threads, monkeypatch):
+    # the rescheduling searches of a batch run `threads` at a time (however small), in waves
+    # (small here: several per batch)
+    monkeypatch.setattr(Rescheduler, "WAVE_NODES", 5000)
+    monkeypatch.setattr(Rescheduler, "THREAD_MIN_EDGES", 0)
+    g = models.small_transformer()
+    assert_same_cost_graph(build_cost_graph(g, CL, 8, threads=threads), build_cost_graph(g, CL, 8, reference=True))
+
+
+def test_builder_threads_checked(g):
+    with pytest.raises(InvalidInputError, match="threads"):
+        build_cost_graph(g, CL, 2, threads=0)
+    with pytest.raises(InvalidInputError, match="threads sets the default rescheduler"):
+        build_cost_graph(g, CL, 2, threads=2, rescheduler=Rescheduler(CommModel(CL)))

@@ -232,6 +232,44 @@ def test_fast_rescheduler_equals_reference(sizes, shape, other, compiled, monkey
                     fresh.path(shape, "float32", src, dst)
 
 
+def test_threaded_batches_equal_reference(monkeypatch):
+    # the searches of a batch run on 3 threads (however small) in waves of a few, and a run cache small enough
+    # to evict between waves: every matrix stays the reference's, and the pool ran searches
+    import threading
+
+    import tensoropt_py.cost.reschedule as reschedule
+
+    monkeypatch.setattr(Rescheduler, "WAVE_NODES", 2000)
+    monkeypatch.setattr(Rescheduler, "THREAD_MIN_EDGES", 0)
+    monkeypatch.setattr(Rescheduler, "RUN_CACHE_NODES", 1500)
+    ran_on, search = set(), reschedule._search
+
+    def spy(*args):
+        ran_on.add(threading.get_ident())
+        return search(*args)
+
+    monkeypatch.setattr(reschedule, "_search", spy)
+    fast, ref = Rescheduler(CommModel(CL), threads=3), ReferenceRescheduler(CommModel(CL))
+    shape = (16, 12, 8)
+    lays = [l for l in layouts((2, 2, 2, 2), len(shape)) if l.fits(shape)]
+    srcs, dsts = lays[::2], [l for l in lays if not l.is_partial][::3]
+    requests = [(shape, "float32", srcs, dsts), (shape, "float16", srcs[::3], dsts[::2]),
+                ((32, 12, 8), "float32", srcs[1::4], dsts)]
+    for m, (sh, dt, a, b) in zip(fast.matrices(requests), requests):
+        assert np.array_equal(m, ref.matrix(sh, dt, a, b))
+    assert ran_on - {threading.get_ident()}
+    assert fast.cache_info()["searches"] > len(srcs)
+    # a second batch, sources met before: some runs come from the cache, the rest are searched again
+    more = [(shape, "float32", srcs[::-1], dsts[1::2])]
+    assert np.array_equal(fast.matrices(more)[0], ref.matrix(*more[0]))
+
+
+def test_rescheduler_threads_checked():
+    with pytest.raises(InvalidInputError, match="threads"):
+        Rescheduler(CommModel(CL), threads=0)
+    assert Rescheduler(CommModel(CL), threads=None).threads >= 1
+
+
 def test_fast_rescheduler_errors_match_reference():
     fast, ref = Rescheduler(CommModel(CL)), ReferenceRescheduler(CommModel(CL))
     ok, bad = Layout((2, 2), (0, -1)), Layout((2, 2), (1, 1))  # dim 1 of (8, 2) cannot split in 4

@@ -322,7 +322,7 @@ def build_cost_graph(graph: Graph, cluster, devices: int, *, optimizer: str = "a
                      mesh_tensorflow=False, max_configs: int | None = None, mixed_precision: bool = False,
                      comm=None, compute=None, rescheduler: Rescheduler | None = None,
                      reference: bool = False, training: TrainingOptions | None = None,
-                     meshes: MeshSpace = "auto") -> ModelCostGraph:
+                     meshes: MeshSpace = "auto", threads: int | None = None) -> ModelCostGraph:
     """Build the CostGraph of ``graph`` on devices ``0..devices-1`` of ``cluster``.
 
     Parameters
@@ -355,6 +355,9 @@ def build_cost_graph(graph: Graph, cluster, devices: int, *, optimizer: str = "a
         every mesh up to 16 devices and the machine-aligned ones beyond by default, with a
         :class:`~tensoropt_py.errors.SearchSpaceWarning` when that leaves meshes out.
         Ignored with ``mesh_tensorflow``.
+    threads : int or None, default None
+        Threads of the default :class:`~tensoropt_py.cost.reschedule.Rescheduler`'s
+        shortest-path searches (None: every core); the result does not depend on it.
 
     Notes
     -----
@@ -406,7 +409,9 @@ def build_cost_graph(graph: Graph, cluster, devices: int, *, optimizer: str = "a
 
         comm = CommModel(cluster)
     if rescheduler is None:
-        rescheduler = ReferenceRescheduler(comm) if reference else Rescheduler(comm)
+        rescheduler = ReferenceRescheduler(comm) if reference else Rescheduler(comm, threads=threads)
+    elif threads is not None:
+        raise InvalidInputError("threads sets the default rescheduler's threads; pass it to the rescheduler given instead")
     coster = OperatorCoster(cluster, comm=comm, compute=compute, optimizer=optimizer,
                             mixed_precision=mixed_precision, dtype=dtype)
     if reference:

@@ -50,7 +50,9 @@ enumerates it once into CSR arrays (compiled, over placements numbered by intege
 :func:`_place_moves` is the reference and fallback) and runs a compiled single-source
 Dijkstra per source layout (``_reschedule.pyx``; :func:`dijkstra_py` is its pure-Python
 reference and fallback),
-batched over every request of :meth:`Rescheduler.matrices`. It breaks ties exactly like
+batched over every request of :meth:`Rescheduler.matrices`; the searches of a batch run on
+several threads where they are large enough to pay for it (``threads``; a 64-device model's
+move graphs have 15,625 placements and 441,000 moves). It breaks ties exactly like
 :class:`ReferenceRescheduler` (the original lazy ``heapq`` search over :class:`Layout`
 objects, kept for the tests), so times, matrices and paths are identical.
 
@@ -74,10 +76,12 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..elimination.kernels import resolve_threads
 from ..errors import InvalidInputError
 from ..graph.ir import DTYPE_BYTES
 from ..space.layout import PARTIAL, REPLICATE, Layout
@@ -763,6 +767,26 @@ class _Run:
         self.dist, self.prev, self.done, self.complete = dist, prev, done, complete
 
 
+def _search(csr, sid: int, tids) -> _Run:
+    """A Dijkstra from ``sid`` over a move graph's ``csr`` arrays, stopped once every node of
+    ``tids`` (int32 array; all nodes if None) is settled. Touches nothing shared, so searches
+    run on several threads at once."""
+    indptr, indices, weights = csr[0], csr[1], csr[2]
+    n = len(indptr) - 1
+    dist = np.full(n, np.inf)
+    prev = np.full(n, -1, dtype=np.int32)
+    done = np.zeros(n, dtype=np.int8)
+    if tids is None:
+        targets = _NO_TARGETS
+    else:
+        targets = np.ascontiguousarray(tids[tids < n])
+        if targets.shape[0] == 0:
+            targets = np.array([sid], dtype=np.int32)
+    _dijkstra(indptr, indices, weights, sid, targets, dist, prev, done)
+    complete = tids is None or not bool(np.any((done == 0) & (dist < np.inf)))
+    return _Run(dist, prev, done, complete)
+
+
 class Rescheduler(ReferenceRescheduler):
     """Shortest-path rescheduling with a cache (see the module docstring).
 
@@ -772,6 +796,9 @@ class Rescheduler(ReferenceRescheduler):
         Anything with ``collective_time(kind, nbytes, groups)``.
     slice_time : float, default 0.0
         Seconds charged per local slice.
+    threads : int or None, default None
+        Threads that run the searches of one :meth:`matrices` batch at once (None: every
+        core). The results do not depend on it.
 
     Notes
     -----
@@ -788,8 +815,18 @@ class Rescheduler(ReferenceRescheduler):
     #: Upper bound on the nodes of the Dijkstra results kept (LRU), about 13 bytes each.
     RUN_CACHE_NODES = 1 << 22
 
-    def __init__(self, comm, *, slice_time: float = 0.0):
+    #: Most nodes the searches of one wave of a batch hold at once (their results are kept
+    #: in the LRU cache or dropped before the next wave runs).
+    WAVE_NODES = 1 << 20
+    #: Least mean moves per search of a wave for which its searches run on several threads
+    #: (fewer: each search takes well under a millisecond, and the threads' hand-offs of the
+    #: Python around it cost more than they save; a 16-device model's searches have about
+    #: 10,000 moves, a 32-device one's 68,000).
+    THREAD_MIN_EDGES = 30_000
+
+    def __init__(self, comm, *, slice_time: float = 0.0, threads: int | None = None):
         super().__init__(comm, slice_time=slice_time)
+        self.threads = resolve_threads(threads)
         self._graphs: dict = {}
         self._skeletons: dict = {}
         self._runs: dict = {}  # (graph key, source id) -> _Run, insertion order = LRU order
@@ -813,38 +850,77 @@ class Rescheduler(ReferenceRescheduler):
     def _run(self, g: _MoveGraph, sid: int, tids=None) -> _Run:
         """A search from ``sid`` that has settled every node of ``tids`` (int array; all nodes if None)."""
         key = (g.shape, g.itemsize, g.sizes, sid)
-        runs = self._runs
-        r = runs.get(key)
         if tids is not None:
             tids = np.asarray(tids, dtype=np.int32)
-        if r is not None:
-            if r.complete or (tids is not None and bool(r.done[tids[tids < len(r.done)]].all())):
-                runs[key] = runs.pop(key)  # most recently used
-                return r
-        indptr, indices, weights, _, _ = g.csr(self.step_time)
-        n = len(indptr) - 1
-        dist = np.full(n, np.inf)
-        prev = np.full(n, -1, dtype=np.int32)
-        done = np.zeros(n, dtype=np.int8)
-        if tids is None:
-            targets = _NO_TARGETS
-        else:
-            targets = np.ascontiguousarray(tids[tids < n])
-            if targets.shape[0] == 0:
-                targets = np.array([sid], dtype=np.int32)
-        _dijkstra(indptr, indices, weights, sid, targets, dist, prev, done)
+        r = self._cached_run(key, tids)
+        if r is None:
+            r = _search(g.csr(self.step_time), sid, tids)
+            self._remember(key, r)
+        return r
+
+    def _cached_run(self, key, tids):
+        """The cached search of ``key`` if it settled every node of ``tids`` (None: all), else None."""
+        r = self._runs.get(key)
+        if r is not None and (r.complete or (tids is not None and bool(r.done[tids[tids < len(r.done)]].all()))):
+            self._runs[key] = self._runs.pop(key)  # most recently used
+            return r
+        return None
+
+    def _remember(self, key, r: _Run) -> None:
+        """Cache search ``r`` of ``key`` (replacing an earlier one), evicting the least recently used past the bound."""
+        runs = self._runs
         self._nruns += 1
-        complete = tids is None or not bool(np.any((done == 0) & (dist < np.inf)))
-        r = _Run(dist, prev, done, complete)
         old = runs.pop(key, None)
         if old is not None:
             self._run_nodes -= len(old.dist)
         runs[key] = r
-        self._run_nodes += n
+        self._run_nodes += len(r.dist)
         while self._run_nodes > self.RUN_CACHE_NODES and len(runs) > 1:
             k0 = next(iter(runs))
             self._run_nodes -= len(runs.pop(k0).dist)
-        return r
+
+    def _runs_of(self, jobs):
+        """``(job, _Run)`` of each ``(key, graph, sid, tids, ...)`` of ``jobs``: the cached search,
+        or a new one, then cached. New searches run ``self.threads`` at a time (the compiled
+        Dijkstra releases the GIL) in waves of at most ``WAVE_NODES`` nodes, each wave cached
+        (and its results used) before the next runs, so what a batch holds stays bounded however
+        many sources it has. Every search is deterministic: the order does not change a result."""
+        pool = ThreadPoolExecutor(self.threads, thread_name_prefix="tensoropt-reschedule") if self.threads > 1 else None
+        wave, nodes = [], 0
+        try:
+            for job in jobs:
+                key, g, sid, tids = job[:4]
+                r = self._cached_run(key, tids)
+                if r is not None:
+                    yield job, r
+                    continue
+                csr = g.csr(self.step_time)  # in this thread: it fills the graph's move times
+                wave.append((job, csr))
+                nodes += len(csr[0]) - 1
+                if nodes >= self.WAVE_NODES:
+                    yield from self._wave(wave, pool)
+                    wave, nodes = [], 0
+            yield from self._wave(wave, pool)
+        finally:
+            if pool is not None:
+                pool.shutdown()
+
+    def _wave(self, wave, pool):
+        """Run the searches of ``wave`` (``(job, csr)`` pairs) and cache them: on ``pool``, one
+        interleaved share per thread, where the searches are large enough to pay for it."""
+        edges = sum(len(csr[1]) for _, csr in wave)
+        if pool is None or len(wave) < 2 or edges < self.THREAD_MIN_EDGES * len(wave):
+            found = [_search(csr, job[2], job[3]) for job, csr in wave]
+        else:
+            def share(k):
+                return [_search(csr, job[2], job[3]) for job, csr in wave[k::self.threads]]
+
+            found = [None] * len(wave)
+            for k, runs in enumerate(pool.map(share, range(min(self.threads, len(wave))))):
+                found[k::self.threads] = runs
+        for (job, _), r in zip(wave, found):
+            self._remember(job[0], r)
+            yield job, r
 
     def _fit(self, shape, lay) -> bool:
         key = (shape, lay.sizes, lay.place)
@@ -980,6 +1056,7 @@ class Rescheduler(ReferenceRescheduler):
                 if ti[2]:
                     general.append((q, a, ti[2]))
         # 3. one search per distinct source, until every target asked of it is settled
+        jobs = []
         for g, sid, uses in work.values():
             needs = {id(ti[3]): ti[3] for _, _, ti in uses}
             if len(needs) == 1:
@@ -989,7 +1066,8 @@ class Rescheduler(ReferenceRescheduler):
                 for nd in needs.values():
                     mask[nd] = True
                 need = np.flatnonzero(mask).astype(np.int32)
-            r = self._run(g, sid, need)
+            jobs.append(((g.shape, g.itemsize, g.sizes, sid), g, sid, need, uses))
+        for (_, g, _, _, uses), r in self._runs_of(jobs):
             n = len(r.dist)
             stale = n < len(g.places)  # a cached search from before the graph grew
             for q, a, (safe, absent, _, _) in uses:
