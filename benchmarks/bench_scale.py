@@ -154,6 +154,10 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   with ``--paper-uncapped``, a model whose run restricted or fixed configs for the work cap
   (``max_step_work``) is tracked again without it: seconds, points, and the time lost at equal
   memory each way;
+* ``build_threads``: the cost graphs of the Llama- and Mixtral-shaped models of the ``llama`` and
+  ``mixtral`` cases (``--llama-layers`` decoder layers) on the ``--llama-devices``, built with the
+  rescheduling searches on each of ``--threads``, alternated, twice: seconds, the searches, and
+  whether every thread count gave identical arrays;
 * ``llama``: a Llama-3-8B-shaped model (32 layers, hidden 4096, GQA 32/8, FFN 14336,
   vocab 128256, batch 32 x 2048) imported from Hugging Face on the meta device, built
   with the default mesh space (hierarchical past 16 devices) and tracked with default
@@ -165,7 +169,7 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   points the descents added and the largest fall of min(time + lam * memory) they gave.
 
 Usage: python benchmarks/bench_scale.py [--cases transformer16_track transformer16_skip transformer16_dominated transformer16_sweep transformer16_covers transformer16_simd transformer16_hub_first transformer16_limits transformer16_terms transformer16_outside
-       transformer16_parts transformer16_join_order fastest cli_frontier threads cyclic interval_peak iopddl candidates candidates_full candidates_oracle mesh_loss paper16 llama mixtral] [--timeout 600] [--threads 1 2] [--thread-devices 8] [--max-memory 4e9]
+       transformer16_parts transformer16_join_order fastest cli_frontier threads cyclic interval_peak iopddl candidates candidates_full candidates_oracle mesh_loss paper16 build_threads llama mixtral] [--timeout 600] [--threads 1 2] [--thread-devices 8] [--max-memory 4e9]
        [--candidate-graphs 1x16] [--paper-models wide_resnet rnn] [--paper-uncapped] [--llama-devices 32 64]
        [--llama-layers 32] [--llama-loss]
 """
@@ -1099,6 +1103,36 @@ for name in {paper_models}:
         free = track(cg, threads={threads}, max_step_work=float("inf"))
         out(case="paper16_uncapped", model=name, seconds=time.perf_counter() - t3, points=len(free),
             heuristic=free.n_heuristic, capped_vs_uncapped=gaps(fr, free), uncapped_vs_capped=gaps(free, fr))
+""",
+    "build_threads": r"""
+import warnings
+from tensoropt_py.errors import SearchSpaceWarning
+warnings.simplefilter("ignore", SearchSpaceWarning)  # auto restricts past 16 devices
+def arrays(mcg):  # everything the engine reads, and the configs the arrays index
+    return ([np.asarray(c) for c in mcg.node_costs] + [np.asarray(x) for t in mcg.edge_tables for x in t],
+            mcg.configs, mcg.edges)
+def identical(a, b):
+    return bool(a[1] == b[1] and a[2] == b[2] and len(a[0]) == len(b[0])
+                and all(x.shape == y.shape and np.array_equal(x, y) for x, y in zip(a[0], b[0])))
+models = {{"llama": ("Llama", 32, 2048, dict(num_hidden_layers={llama_layers}, hidden_size=4096, num_attention_heads=32,
+                                            num_key_value_heads=8, intermediate_size=14336, vocab_size=128256,
+                                            max_position_embeddings=2048)),
+          "mixtral": ("Mixtral", 32, 4096, dict(num_hidden_layers={llama_layers}, hidden_size=4096, num_attention_heads=32,
+                                                num_key_value_heads=8, intermediate_size=14336, vocab_size=32000,
+                                                num_local_experts=8, num_experts_per_tok=2, max_position_embeddings=4096))}}
+for name, (kind, batch, seq, config) in models.items():
+    g = import_causal_lm(kind, batch, seq, **config)
+    for preset, devices in {llama_runs}:
+        seconds, built = {{}}, {{}}
+        for rep in range(2):  # alternated, twice: the host's speed drifts
+            for th in {threads_list}:
+                t0 = time.perf_counter(); mcg = build_cost_graph(g, to.Cluster.preset(preset), devices, threads=th)
+                seconds.setdefault(th, []).append(time.perf_counter() - t0)
+                built[th] = arrays(mcg)
+        first = built[{threads_list}[0]]
+        out(case="build_threads", model=name, layers={llama_layers}, devices=devices, seconds=seconds,
+            searches=mcg.rescheduler.cache_info()["searches"],
+            identical=all(identical(first, b) for b in built.values()))
 """,
     "mixtral": r"""
 import resource, warnings
