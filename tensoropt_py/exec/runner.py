@@ -424,7 +424,7 @@ class Executor:
         self.shared: set = set()
         from ..cost.reschedule import Rescheduler
 
-        rs = Rescheduler(_PathModel())
+        rs = Rescheduler(_PathModel(), threads=1)  # paths one at a time: the ranks share the host's cores
         for name, us in users.items():
             spec = g.tensors[name]
             if spec.role is TensorRole.CONSTANT:
