@@ -233,8 +233,9 @@ def test_fast_rescheduler_equals_reference(sizes, shape, other, compiled, monkey
 
 
 def test_threaded_batches_equal_reference(monkeypatch):
-    # the searches of a batch run on 3 threads (however small) in waves of a few, and a run cache small enough
-    # to evict between waves: every matrix stays the reference's, and the pool ran searches
+    # the searches of a batch run on 3 threads (however small) in waves of a few, with a run
+    # cache small enough to evict between waves: every matrix stays the reference's, and the
+    # pool ran searches
     import threading
 
     import tensoropt_py.cost.reschedule as reschedule
@@ -259,7 +260,7 @@ def test_threaded_batches_equal_reference(monkeypatch):
         assert np.array_equal(m, ref.matrix(sh, dt, a, b))
     assert ran_on - {threading.get_ident()}
     assert fast.cache_info()["searches"] > len(srcs)
-    # a second batch, sources met before: some runs come from the cache, the rest are searched again
+    # a second batch: sources met before (their runs cached or evicted), targets not asked before
     more = [(shape, "float32", srcs[::-1], dsts[1::2])]
     assert np.array_equal(fast.matrices(more)[0], ref.matrix(*more[0]))
 
