@@ -57,7 +57,8 @@ def _add_common(p, *, devices_many=False):
                    help="device meshes per operator: every mesh (all), the flat mesh and two-axis meshes whose inner "
                         f"axis stays in a machine (hierarchical), or all up to {AUTO_ALL_MAX_DEVICES} devices and "
                         "hierarchical beyond (auto, the default)")
-    p.add_argument("--threads", type=int, default=None, help="worker threads of the cost graph's rescheduling searches and of the engine (default: all cores)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="worker threads of the cost graph's rescheduling searches and of the engine (default: all cores)")
     p.add_argument("--cache-dir", default=None,
                    help="keep frontiers in this folder and reuse them (same model, cluster, devices, options)")
     p.add_argument("--json", default=None, help="write the result as JSON to this path")

@@ -49,10 +49,10 @@ For one ``(shape, itemsize, fine sizes)`` the moves form a fixed graph. :class:`
 enumerates it once into CSR arrays (compiled, over placements numbered by integer codes;
 :func:`_place_moves` is the reference and fallback) and runs a compiled single-source
 Dijkstra per source layout (``_reschedule.pyx``; :func:`dijkstra_py` is its pure-Python
-reference and fallback),
-batched over every request of :meth:`Rescheduler.matrices`; the searches of a batch run on
-several threads where they are large enough to pay for it (``threads``; a 64-device model's
-move graphs have 15,625 placements and 441,000 moves). It breaks ties exactly like
+reference and fallback), batched over every request of :meth:`Rescheduler.matrices`; the
+searches of a batch run on several threads where they are large enough to pay for it
+(``threads``; a 64-device model's move graphs have 15,625 placements and 441,000 moves). It
+breaks ties exactly like
 :class:`ReferenceRescheduler` (the original lazy ``heapq`` search over :class:`Layout`
 objects, kept for the tests), so times, matrices and paths are identical.
 
@@ -767,6 +767,11 @@ class _Run:
         self.dist, self.prev, self.done, self.complete = dist, prev, done, complete
 
 
+def _run_key(g: _MoveGraph, sid: int):
+    """The cache key of a search from node ``sid`` of move graph ``g``."""
+    return (g.shape, g.itemsize, g.sizes, sid)
+
+
 def _search(csr, sid: int, tids) -> _Run:
     """A Dijkstra from ``sid`` over a move graph's ``csr`` arrays, stopped once every node of
     ``tids`` (int32 array; all nodes if None) is settled. Touches nothing shared, so searches
@@ -849,7 +854,7 @@ class Rescheduler(ReferenceRescheduler):
 
     def _run(self, g: _MoveGraph, sid: int, tids=None) -> _Run:
         """A search from ``sid`` that has settled every node of ``tids`` (int array; all nodes if None)."""
-        key = (g.shape, g.itemsize, g.sizes, sid)
+        key = _run_key(g, sid)
         if tids is not None:
             tids = np.asarray(tids, dtype=np.int32)
         r = self._cached_run(key, tids)
@@ -880,7 +885,7 @@ class Rescheduler(ReferenceRescheduler):
             self._run_nodes -= len(runs.pop(k0).dist)
 
     def _runs_of(self, jobs):
-        """``(job, _Run)`` of each ``(key, graph, sid, tids, ...)`` of ``jobs``: the cached search,
+        """``(job, _Run)`` of each ``(graph, sid, tids, ...)`` of ``jobs``: the cached search,
         or a new one, then cached. New searches run ``self.threads`` at a time (the compiled
         Dijkstra releases the GIL) in waves of at most ``WAVE_NODES`` nodes, each wave cached
         (and its results used) before the next runs, so what a batch holds stays bounded however
@@ -889,13 +894,14 @@ class Rescheduler(ReferenceRescheduler):
         wave, nodes = [], 0
         try:
             for job in jobs:
-                key, g, sid, tids = job[:4]
+                g, sid, tids = job[:3]
+                key = _run_key(g, sid)
                 r = self._cached_run(key, tids)
                 if r is not None:
                     yield job, r
                     continue
                 csr = g.csr(self.step_time)  # in this thread: it fills the graph's move times
-                wave.append((job, csr))
+                wave.append((job, key, csr))
                 nodes += len(csr[0]) - 1
                 if nodes >= self.WAVE_NODES:
                     yield from self._wave(wave, pool)
@@ -906,20 +912,21 @@ class Rescheduler(ReferenceRescheduler):
                 pool.shutdown()
 
     def _wave(self, wave, pool):
-        """Run the searches of ``wave`` (``(job, csr)`` pairs) and cache them: on ``pool``, one
+        """Run the searches of ``wave`` (``(job, key, csr)``) and cache them: on ``pool``, one
         interleaved share per thread, where the searches are large enough to pay for it."""
-        edges = sum(len(csr[1]) for _, csr in wave)
-        if pool is None or len(wave) < 2 or edges < self.THREAD_MIN_EDGES * len(wave):
-            found = [_search(csr, job[2], job[3]) for job, csr in wave]
-        else:
-            def share(k):
-                return [_search(csr, job[2], job[3]) for job, csr in wave[k::self.threads]]
+        edges = sum(len(csr[1]) for _, _, csr in wave)
 
+        def searched(part):
+            return [_search(csr, job[1], job[2]) for job, _, csr in part]
+
+        if pool is None or len(wave) < 2 or edges < self.THREAD_MIN_EDGES * len(wave):
+            found = searched(wave)
+        else:
             found = [None] * len(wave)
-            for k, runs in enumerate(pool.map(share, range(min(self.threads, len(wave))))):
+            for k, runs in enumerate(pool.map(searched, [wave[k::self.threads] for k in range(self.threads)])):
                 found[k::self.threads] = runs
-        for (job, _), r in zip(wave, found):
-            self._remember(job[0], r)
+        for (job, key, _), r in zip(wave, found):
+            self._remember(key, r)
             yield job, r
 
     def _fit(self, shape, lay) -> bool:
@@ -1066,8 +1073,8 @@ class Rescheduler(ReferenceRescheduler):
                 for nd in needs.values():
                     mask[nd] = True
                 need = np.flatnonzero(mask).astype(np.int32)
-            jobs.append(((g.shape, g.itemsize, g.sizes, sid), g, sid, need, uses))
-        for (_, g, _, _, uses), r in self._runs_of(jobs):
+            jobs.append((g, sid, need, uses))
+        for (g, _, _, uses), r in self._runs_of(jobs):
             n = len(r.dist)
             stale = n < len(g.places)  # a cached search from before the graph grew
             for q, a, (safe, absent, _, _) in uses:
