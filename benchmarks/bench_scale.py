@@ -211,6 +211,14 @@ def import_causal_lm(kind, batch, seq, **config):
         model = getattr(transformers, kind + "ForCausalLM")(cfg)
     ids = torch.zeros((batch, seq), dtype=torch.long, device="meta")
     return from_torch(model, kwargs={{"input_ids": ids, "labels": ids}})
+def import_llama(layers):  # Llama-3-8B's shapes (GQA 32/8, FFN 14336, vocab 128256), batch 32 x 2048
+    return import_causal_lm("Llama", 32, 2048, num_hidden_layers=layers, hidden_size=4096, num_attention_heads=32,
+                            num_key_value_heads=8, intermediate_size=14336, vocab_size=128256,
+                            max_position_embeddings=2048)
+def import_mixtral(layers):  # Mixtral-8x7B's shapes (8 experts, top-2, vocab 32000), batch 32 x 4096
+    return import_causal_lm("Mixtral", 32, 4096, num_hidden_layers=layers, hidden_size=4096, num_attention_heads=32,
+                            num_key_value_heads=8, intermediate_size=14336, vocab_size=32000, num_local_experts=8,
+                            num_experts_per_tok=2, max_position_embeddings=4096)
 def gaps(fr, ref):
     # time lost at equal memory for every point of ref that fr covers (fr has a point of no more
     # memory), how many it does not, and the worst gap of min(time + lam * memory); where fr
@@ -888,11 +896,7 @@ from tensoropt_py.engine.scalar import min_sum
 # (min_sum cannot eliminate the Llama graph: a factor of 7e9 entries)
 cases = [("transformer@16", lambda: zoo.transformer(layers=1), "v100-2x8", 16, "min_sum")]
 if {llama_loss}:
-    def llama2():
-        return import_causal_lm("Llama", 32, 2048, num_hidden_layers=2, hidden_size=4096, num_attention_heads=32,
-                                num_key_value_heads=8, intermediate_size=14336, vocab_size=128256,
-                                max_position_embeddings=2048)
-    cases.append(("llama2@8", llama2, "h100-4x8", 8, "track"))
+    cases.append(("llama2@8", lambda: import_llama(2), "h100-4x8", 8, "track"))
 lams = [0.0, 1e-12, 1e-11, 1e-10, 1e-9, float("inf")]
 for name, make, preset, n, how in cases:
     g, cl = make(), to.Cluster.preset(preset)
@@ -1055,8 +1059,7 @@ import resource, warnings
 from tensoropt_py.errors import SearchSpaceWarning
 warnings.simplefilter("ignore", SearchSpaceWarning)  # auto restricts past 16 devices; the result says so
 t0 = time.perf_counter()
-g = import_causal_lm("Llama", 32, 2048, num_hidden_layers={llama_layers}, hidden_size=4096, num_attention_heads=32,
-                     num_key_value_heads=8, intermediate_size=14336, vocab_size=128256, max_position_embeddings=2048)
+g = import_llama({llama_layers})
 out(case="llama_import", layers={llama_layers}, seconds=time.perf_counter() - t0, operators=len(g.operators))
 for preset, devices in {llama_runs}:
     t0 = time.perf_counter(); mcg = build_cost_graph(g, to.Cluster.preset(preset), devices); tb = time.perf_counter() - t0
@@ -1114,14 +1117,8 @@ def arrays(mcg):  # everything the engine reads, and the configs the arrays inde
 def identical(a, b):
     return bool(a[1] == b[1] and a[2] == b[2] and len(a[0]) == len(b[0])
                 and all(x.shape == y.shape and np.array_equal(x, y) for x, y in zip(a[0], b[0])))
-models = {{"llama": ("Llama", 32, 2048, dict(num_hidden_layers={llama_layers}, hidden_size=4096, num_attention_heads=32,
-                                            num_key_value_heads=8, intermediate_size=14336, vocab_size=128256,
-                                            max_position_embeddings=2048)),
-          "mixtral": ("Mixtral", 32, 4096, dict(num_hidden_layers={llama_layers}, hidden_size=4096, num_attention_heads=32,
-                                                num_key_value_heads=8, intermediate_size=14336, vocab_size=32000,
-                                                num_local_experts=8, num_experts_per_tok=2, max_position_embeddings=4096))}}
-for name, (kind, batch, seq, config) in models.items():
-    g = import_causal_lm(kind, batch, seq, **config)
+for name, make in (("llama", import_llama), ("mixtral", import_mixtral)):
+    g = make({llama_layers})
     for preset, devices in {llama_runs}:
         seconds, built = {{}}, {{}}
         for rep in range(2):  # alternated, twice: the host's speed drifts
@@ -1139,9 +1136,7 @@ import resource, warnings
 from tensoropt_py.errors import SearchSpaceWarning
 warnings.simplefilter("ignore", SearchSpaceWarning)  # auto restricts past 16 devices; the result says so
 t0 = time.perf_counter()
-g = import_causal_lm("Mixtral", 32, 4096, num_hidden_layers=32, hidden_size=4096, num_attention_heads=32,
-                     num_key_value_heads=8, intermediate_size=14336, vocab_size=32000, num_local_experts=8,
-                     num_experts_per_tok=2, max_position_embeddings=4096)
+g = import_mixtral(32)
 out(case="mixtral_import", seconds=time.perf_counter() - t0, operators=len(g.operators), parameters=g.num_parameters)
 levers = dict(recompute=True, shard_optimizer=True, precision="bf16-mixed")
 for preset, devices in {llama_runs}:
