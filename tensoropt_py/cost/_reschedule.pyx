@@ -20,7 +20,7 @@ import numpy as np
 
 cimport numpy as cnp
 from libc.stdint cimport uint64_t
-from libc.stdlib cimport free, malloc, realloc
+from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memcpy
 
 cnp.import_array()
@@ -273,14 +273,61 @@ cdef struct Expansion:
     Grow codes      # int64: node codes, in discovery order
     Grow indptr     # int64: per expanded node, the end of its edges
     Grow targets    # int32: edge targets (node ids)
-    Grow keys       # int64: edge move keys
+    Grow moves      # int32: edge moves, as indices into ``keys``
+    Grow keys       # int64: the distinct move keys, in the order of first use
+    long long* slots  # open addressing on the move keys: index into ``keys`` + 1, 0 empty
+    Py_ssize_t nslots  # a power of two, at least twice the keys
     cnp.int32_t* code2id
     long long n0
     int A
 
 
+cdef inline Py_ssize_t _key_slot(long long key, Py_ssize_t nslots) noexcept nogil:
+    # Fibonacci hashing: the keys' low bits (kind, axes) repeat, the product spreads them
+    return <Py_ssize_t> ((<uint64_t> key * 0x9E3779B97F4A7C15ULL) >> 32) & (nslots - 1)
+
+
+cdef int _grow_slots(Expansion* x) noexcept nogil:
+    """Double the key table (or make its first) and place every key again."""
+    cdef Py_ssize_t n = x.nslots * 2 if x.nslots > 0 else 16, s, i
+    cdef long long* slots = <long long*> calloc(n, sizeof(long long))
+    cdef const long long* keys = <long long*> x.keys.data
+    if slots == NULL:
+        return -1
+    for i in range(x.keys.n):
+        s = _key_slot(keys[i], n)
+        while slots[s] != 0:
+            s = (s + 1) & (n - 1)
+        slots[s] = i + 1
+    free(x.slots)
+    x.slots = slots
+    x.nslots = n
+    return 0
+
+
+cdef inline long long _move_index(Expansion* x, long long key) noexcept nogil:
+    """Index of ``key`` among the distinct keys, appended at first use; -1 out of memory."""
+    cdef Py_ssize_t s
+    cdef long long i
+    if 2 * (x.keys.n + 1) > x.nslots and _grow_slots(x) != 0:
+        return -1
+    s = _key_slot(key, x.nslots)
+    while x.slots[s] != 0:
+        i = x.slots[s] - 1
+        if (<long long*> x.keys.data)[i] == key:
+            return i
+        s = (s + 1) & (x.nslots - 1)
+    if _reserve(&x.keys, x.keys.n + 1) != 0:
+        return -1
+    i = x.keys.n
+    (<long long*> x.keys.data)[i] = key
+    x.keys.n += 1
+    x.slots[s] = i + 1
+    return i
+
+
 cdef int _emit(Expansion* x, int kind, long long mask, long long nbytes, long long after) noexcept nogil:
-    cdef long long v = x.code2id[after]
+    cdef long long v = x.code2id[after], m
     if v < 0:
         v = x.n0 + x.codes.n
         if _reserve(&x.codes, x.codes.n + 1) != 0:
@@ -288,12 +335,13 @@ cdef int _emit(Expansion* x, int kind, long long mask, long long nbytes, long lo
         (<long long*> x.codes.data)[x.codes.n] = after
         x.codes.n += 1
         x.code2id[after] = <cnp.int32_t> v
-    if _reserve(&x.targets, x.targets.n + 1) != 0 or _reserve(&x.keys, x.keys.n + 1) != 0:
+    m = _move_index(x, (((nbytes << x.A) | mask) << 3) | kind)
+    if m < 0 or _reserve(&x.targets, x.targets.n + 1) != 0 or _reserve(&x.moves, x.moves.n + 1) != 0:
         return -1
     (<cnp.int32_t*> x.targets.data)[x.targets.n] = <cnp.int32_t> v
     x.targets.n += 1
-    (<long long*> x.keys.data)[x.keys.n] = (((nbytes << x.A) | mask) << 3) | kind
-    x.keys.n += 1
+    (<cnp.int32_t*> x.moves.data)[x.moves.n] = <cnp.int32_t> m
+    x.moves.n += 1
     return 0
 
 
@@ -425,10 +473,11 @@ def expand_closure(const cnp.int64_t[::1] profile, const cnp.int64_t[::1] sizes,
     """Every placement reachable from code ``start`` that ``code2id`` does not know yet.
 
     ``code2id`` (``(r + 2) ** A`` entries, -1: unknown) gets the new nodes' ids, from ``n0`` on
-    in discovery order. Returns ``(codes, indptr, targets, keys)``: the new nodes' codes, and
-    their edges in CSR form (``indptr`` of ``len(codes) + 1`` offsets from 0, target ids,
-    move keys), the same nodes and edges in the same order as the pure-Python expansion of
-    :class:`tensoropt_py.cost.reschedule._MoveSkeleton`. Checks are the caller's.
+    in discovery order. Returns ``(codes, indptr, targets, moves, keys)``: the new nodes' codes,
+    their edges in CSR form (``indptr`` of ``len(codes) + 1`` offsets from 0, target ids, and
+    each edge's move as an index into ``keys``), and the distinct move keys in the order of
+    their first use: the same nodes and edges in the same order as the pure-Python expansion
+    of :class:`tensoropt_py.cost.reschedule._MoveSkeleton`. Checks are the caller's.
     """
     cdef int r = profile.shape[0], A = sizes.shape[0]
     cdef long long powers[_MAX_AXES]
@@ -449,7 +498,10 @@ def expand_closure(const cnp.int64_t[::1] profile, const cnp.int64_t[::1] sizes,
     x.codes = Grow(NULL, 0, 0, sizeof(long long))
     x.indptr = Grow(NULL, 0, 0, sizeof(long long))
     x.targets = Grow(NULL, 0, 0, sizeof(cnp.int32_t))
+    x.moves = Grow(NULL, 0, 0, sizeof(cnp.int32_t))
     x.keys = Grow(NULL, 0, 0, sizeof(long long))
+    x.slots = NULL
+    x.nslots = 0
     x.code2id = &code2id[0]
     x.n0 = n0
     x.A = A
@@ -474,12 +526,14 @@ def expand_closure(const cnp.int64_t[::1] profile, const cnp.int64_t[::1] sizes,
         if failed:
             raise MemoryError("expand_closure: out of memory")
         return (_to_array(&x.codes, np.int64), _to_array(&x.indptr, np.int64),
-                _to_array(&x.targets, np.int32), _to_array(&x.keys, np.int64))
+                _to_array(&x.targets, np.int32), _to_array(&x.moves, np.int32), _to_array(&x.keys, np.int64))
     finally:
         free(x.codes.data)
         free(x.indptr.data)
         free(x.targets.data)
+        free(x.moves.data)
         free(x.keys.data)
+        free(x.slots)
 
 
 cdef object _to_array(Grow* g, dtype):

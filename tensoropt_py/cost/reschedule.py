@@ -73,6 +73,7 @@ Examples
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import math
@@ -594,19 +595,22 @@ class _MoveSkeleton:
     reachable from it is enumerated (in :func:`moves` order), so a node id beyond what
     existed when a search ran is unreachable from that search's source. The compiled
     expansion (``_reschedule.expand_closure``) numbers placements by integer codes in a
-    dense table; :meth:`_expand_reference`, on :func:`_place_moves`, is its reference and
-    serves where the kernel is not built or the table would be too large (``compiled``).
+    dense table, keeps them as codes (a 64-device build discovers hundreds of thousands, and
+    its paths read a few: :meth:`place` decodes one) and numbers the moves of a closure by a
+    hash of their keys; :meth:`_expand_reference`, on :func:`_place_moves`, is its reference
+    and serves where the kernel is not built or the table would be too large (``compiled``).
     """
 
-    __slots__ = ("profile", "sizes", "places", "move_info", "_index", "_code2id", "_powers", "_move_id",
-                 "_indptr", "_targets", "_moves", "_csr")
+    __slots__ = ("profile", "sizes", "move_info", "_places", "_chunks", "_index", "_code2id", "_powers",
+                 "_move_id", "_indptr", "_targets", "_moves", "_csr")
 
     def __init__(self, profile, sizes, compiled=True):
         self.profile, self.sizes = profile, sizes
-        self.places: list = []  # node id -> placement tuple
         self.move_info: list = []  # move id -> (kind, axes, bytes of the profile tensor at itemsize 1)
         base = len(profile) + 2
         codes = base ** len(sizes)
+        self._places: list = []  # node id -> placement tuple (the reference expansion)
+        self._chunks: list = []  # (first node id, codes) of each compiled closure, decoded on demand
         self._index: dict = {}  # placement -> node id (the reference expansion)
         self._code2id = None
         if (compiled and _expand_closure is not None and codes <= _MAX_CODES and len(profile) <= 16
@@ -624,6 +628,26 @@ class _MoveSkeleton:
         """Nodes whose moves are enumerated (every node of a closure once it is expanded)."""
         return sum(len(p) for p in self._indptr) - 1
 
+    @property
+    def n_places(self) -> int:
+        """Nodes discovered."""
+        return self.n_expanded  # a closure expands every node it discovers
+
+    def place(self, i: int) -> tuple:
+        """Placement of node ``i``."""
+        if self._code2id is None:
+            return self._places[i]
+        k = bisect.bisect_right(self._chunks, i, key=lambda chunk: chunk[0]) - 1
+        first, codes = self._chunks[k]
+        code = int(codes[i - first])
+        base = len(self.profile) + 2
+        return tuple(code // w % base - 2 for w in self._powers)
+
+    @property
+    def places(self) -> list:
+        """Every placement, by node id."""
+        return [self.place(i) for i in range(self.n_places)]
+
     def id_of(self, place) -> int:
         """Node id of a placement, -1 if not discovered."""
         if self._code2id is None:
@@ -640,7 +664,7 @@ class _MoveSkeleton:
         return i
 
     def _expand(self, place) -> int:
-        start = len(self.places)
+        start = self.n_places
         if self._code2id is None:
             self._expand_reference(place)
         else:
@@ -648,19 +672,18 @@ class _MoveSkeleton:
         return start
 
     def _expand_compiled(self, place):
-        """The closure of ``place`` by ``_reschedule.expand_closure``: placements and moves come
-        back as integer codes and keys, decoded here once per new node and move."""
-        codes, indptr, targets, keys = _expand_closure(np.asarray(self.profile, dtype=np.int64),
-                                                       np.asarray(self.sizes, dtype=np.int64), self._code(place),
-                                                       self._code2id, len(self.places))
-        digits = codes[:, None] // np.asarray(self._powers, dtype=np.int64) % (len(self.profile) + 2) - 2
-        self.places.extend(map(tuple, digits.tolist()))
+        """The closure of ``place`` by ``_reschedule.expand_closure``: placements come back as
+        integer codes, moves as indices into the closure's distinct keys, each new key decoded
+        here once."""
+        start = self.n_places
+        codes, indptr, targets, moves, keys = _expand_closure(
+            np.asarray(self.profile, dtype=np.int64), np.asarray(self.sizes, dtype=np.int64), self._code(place),
+            self._code2id, start)
+        self._chunks.append((start, codes))
         # move ids in the order of first use, as the reference numbers them
-        uniq, first, inv = np.unique(keys, return_index=True, return_inverse=True)
         A = len(self.sizes)
-        ids = np.empty(len(uniq), dtype=np.int32)
-        for q in np.argsort(first, kind="stable").tolist():
-            key = int(uniq[q])
+        ids = np.empty(len(keys), dtype=np.int32)
+        for q, key in enumerate(keys.tolist()):
             m = self._move_id.get(key)
             if m is None:
                 mask = (key >> 3) & ((1 << A) - 1)
@@ -668,12 +691,12 @@ class _MoveSkeleton:
                 self.move_info.append((_MOVE_KINDS[key & 7], tuple(a for a in range(A) if mask >> a & 1),
                                        key >> (A + 3)))
             ids[q] = m
-        self._add_closure(indptr, targets, ids[inv.ravel()])
+        self._add_closure(indptr, targets, ids[moves])
 
     def _expand_reference(self, place):
         """The closure of ``place`` by :func:`_place_moves`, breadth first, new nodes numbered in
         the order their first move reaches them."""
-        index, places, move_id, move_info = self._index, self.places, self._move_id, self.move_info
+        index, places, move_id, move_info = self._index, self._places, self._move_id, self.move_info
         k = len(places)
         index[place] = k
         places.append(place)
@@ -730,8 +753,11 @@ class _MoveGraph:
         self._csr = self._csr_of = None
 
     @property
-    def places(self):
-        return self.skeleton.places
+    def n_places(self) -> int:
+        return self.skeleton.n_places
+
+    def place(self, i: int) -> tuple:
+        return self.skeleton.place(i)
 
     def id_of(self, place) -> int:
         return self.skeleton.id_of(place)
@@ -1069,14 +1095,14 @@ class Rescheduler(ReferenceRescheduler):
             if len(needs) == 1:
                 need = next(iter(needs.values()))
             else:
-                mask = np.zeros(len(g.places), dtype=bool)
+                mask = np.zeros(g.n_places, dtype=bool)
                 for nd in needs.values():
                     mask[nd] = True
                 need = np.flatnonzero(mask).astype(np.int32)
             jobs.append((g, sid, need, uses))
         for (g, _, _, uses), r in self._runs_of(jobs):
             n = len(r.dist)
-            stale = n < len(g.places)  # a cached search from before the graph grew
+            stale = n < g.n_places  # a cached search from before the graph grew
             for q, a, (safe, absent, _, _) in uses:
                 if stale:  # nodes added since are unreachable from it
                     absent = absent | (safe >= n)
@@ -1109,12 +1135,12 @@ class Rescheduler(ReferenceRescheduler):
         sizes = g.sizes
         steps = []
         node = tid
-        after = Layout(sizes, g.places[node])
+        after = Layout(sizes, g.place(node))
         while r.prev[node] >= 0:
             e = int(r.prev[node])
             u = int(edge_src[e])
             kind, axes, nbytes, t = g.move(int(edge_move[e]), self.step_time)
-            before = Layout(sizes, g.places[u])
+            before = Layout(sizes, g.place(u))
             steps.append(RescheduleStep(kind, axes, fine_groups(sizes, axes) if kind != "slice" else (),
                                         nbytes, self.step_time(kind, nbytes, sizes, axes), before, after))
             node, after = u, before
@@ -1125,7 +1151,7 @@ class Rescheduler(ReferenceRescheduler):
         """Sizes of the caches (searches, paths, collective times, move-graph states)."""
         info = super().cache_info()
         info["searches"] += self._nruns
-        info["states"] += sum(len(g.places) for g in self._skeletons.values())
+        info["states"] += sum(g.n_places for g in self._skeletons.values())
         info["expanded"] += sum(g.n_expanded for g in self._skeletons.values())
         info["graphs"] = len(self._graphs)
         info["skeletons"] = len(self._skeletons)
