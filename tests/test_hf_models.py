@@ -246,6 +246,24 @@ def test_moe_layers_are_dispatch_experts_combine(imported, arch):
     assert experts.flops == pytest.approx(2 * T * k * H * 2 * inter + 2 * T * k * inter * H + 6 * T * k * inter)
 
 
+def test_moe_experts_without_the_late_marker_import_as_experts():
+    # transformers releases before _is_expert_parallel (5.17: its experts loop over the experts
+    # hit, eagerly) mark their experts modules with the same decorator attributes: they must
+    # import as experts too, not as hundreds of traced operators. An experts module that is
+    # already expert-parallel holds only its local experts and is left alone, with a warning.
+    module, inputs = hf_models.module("mixtral")
+    experts = [m for m in module.modules() if hasattr(m, "has_gate")]
+    assert len(experts) == hf_models.LAYERS
+    for m in experts:
+        del m._is_expert_parallel
+    kinds = from_torch(module, inputs).kinds()
+    assert kinds["moe_dispatch"] == kinds["moe_experts"] == kinds["moe_combine"] == hf_models.LAYERS
+    experts[0]._is_expert_parallel = True
+    with pytest.warns(UserWarning, match="already expert-parallel"):
+        kinds = from_torch(module, inputs).kinds()
+    assert kinds["moe_experts"] == hf_models.LAYERS - 1
+
+
 def test_moe_capacity_factor_shrinks_the_slots():
     module, inputs = hf_models.module("mixtral")
     with pytest.warns(UserWarning, match="capacity factor 1.25"):

@@ -66,9 +66,13 @@ def _hf_experts_spec(mod):
     """``(up weight name, activation, gated, transposed)`` of a supported HF experts module, a reason
     string for an unsupported one, or None for a module that is no HF experts module."""
     moe = sys.modules.get("transformers.integrations.moe")
-    if moe is None or not hasattr(mod, "_is_expert_parallel") or not hasattr(mod, "has_gate"):
+    # the attributes that ``use_experts_implementation`` sets on every instance, in every
+    # transformers 5 release (``_is_expert_parallel`` came later: 5.17 has none)
+    if moe is None or not hasattr(mod, "has_gate") or not hasattr(mod, "is_concatenated"):
         return None
     name = type(mod).__name__
+    if getattr(mod, "_is_expert_parallel", False):
+        return f"{name}: already expert-parallel (it holds only its local experts)"
     gated = bool(mod.has_gate)
     up = getattr(mod, "gate_up_proj" if gated else "up_proj", None)
     down = getattr(mod, "down_proj", None)
