@@ -256,5 +256,7 @@ def test_fast_builder_threads_equal_reference(threads, monkeypatch):
 def test_builder_threads_checked(g):
     with pytest.raises(InvalidInputError, match="threads"):
         build_cost_graph(g, CL, 2, threads=0)
+    with pytest.raises(InvalidInputError, match="threads"):
+        build_cost_graph(g, CL, 2, threads=0, reference=True)
     with pytest.raises(InvalidInputError, match="threads sets the default rescheduler"):
         build_cost_graph(g, CL, 2, threads=2, rescheduler=Rescheduler(CommModel(CL)))

@@ -84,6 +84,7 @@ from typing import Any
 
 import numpy as np
 
+from ..elimination.kernels import resolve_threads
 from ..errors import InvalidInputError, SearchSpaceWarning
 from ..graph.ir import DTYPE_BYTES, DimKind, Graph, OpKind
 from ..space.configs import OpConfig, enumerate_configs
@@ -387,6 +388,8 @@ def build_cost_graph(graph: Graph, cluster, devices: int, *, optimizer: str = "a
     space_kw = dict(meshes=space, devices_per_machine=cluster.devices_per_machine)
     if max_configs is not None and (isinstance(max_configs, bool) or not isinstance(max_configs, int) or max_configs < 1):
         raise InvalidInputError(f"max_configs must be a positive int or None, got {max_configs!r}")
+    if threads is not None:
+        resolve_threads(threads)  # checked here too: the reference rescheduler has no threads to check it
     mesh_tf = None
     if mesh_tensorflow is True:
         dpm = cluster.devices_per_machine
