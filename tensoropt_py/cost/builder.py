@@ -84,12 +84,12 @@ from typing import Any
 
 import numpy as np
 
-from ..elimination.kernels import resolve_threads
 from ..errors import InvalidInputError, SearchSpaceWarning
 from ..graph.ir import DTYPE_BYTES, DimKind, Graph, OpKind
 from ..space.configs import OpConfig, enumerate_configs
 from ..space.layout import Layout
 from ..space.mesh import MeshSpace, check_meshes, mesh_space, meshes as every_mesh, resolve_meshes
+from ..units import parse_count
 from .operator_cost import OperatorCoster, op_work_kind
 from .optimizer import check_optimizer
 from .reschedule import ReferenceRescheduler, ReschedulePath, Rescheduler
@@ -388,8 +388,7 @@ def build_cost_graph(graph: Graph, cluster, devices: int, *, optimizer: str = "a
     space_kw = dict(meshes=space, devices_per_machine=cluster.devices_per_machine)
     if max_configs is not None and (isinstance(max_configs, bool) or not isinstance(max_configs, int) or max_configs < 1):
         raise InvalidInputError(f"max_configs must be a positive int or None, got {max_configs!r}")
-    if threads is not None:
-        resolve_threads(threads)  # checked here too: the reference rescheduler has no threads to check it
+    parse_count(threads, "threads", allow_none=True)  # here too: the reference rescheduler has none to check
     mesh_tf = None
     if mesh_tensorflow is True:
         dpm = cluster.devices_per_machine
