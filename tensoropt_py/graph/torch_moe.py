@@ -80,7 +80,7 @@ def _hf_experts_spec(mod):
         return f"{name}: no 3-D expert weights"
     if getattr(mod, "has_bias", False) or getattr(mod, "has_post_expert_norm", False):
         return f"{name}: expert biases or a post-expert norm"
-    if gated and not getattr(mod, "is_concatenated", True):
+    if gated and not mod.is_concatenated:
         return f"{name}: interleaved gate/up weights"
     if gated and getattr(type(mod), "_apply_gate", None) is not getattr(moe, "_default_apply_gate", None):
         return f"{name}: a custom gate"
