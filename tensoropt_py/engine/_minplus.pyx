@@ -104,6 +104,64 @@ cdef inline void _row(double* tmp, const char** base, const i64* st0, const i64*
         f += 1
 
 
+cdef inline void _row_min(double* mn, double* tmp, const char** base, const i64* st0, const i64* ist, int F,
+                          i64 i, i64 n) noexcept nogil:
+    """``mn[t] = min(mn[t], s[t])``, ``t < n``, where ``s`` is what :func:`_row` writes: the
+    same additions in the same order, the last factor's fused with the minimum, so that the
+    sum is not stored and read back (``tmp``: scratch for the sums before the last factor)."""
+    cdef i64 t
+    cdef double s, v
+    cdef const char* p
+    cdef const double* q
+    cdef i64 sst
+    cdef int f = _leading(base, st0, ist, F, i, &s)
+    if f == F:
+        for t in range(n):
+            mn[t] = s if s < mn[t] else mn[t]
+        return
+    if f == F - 1:  # the only factor that varies along the buffer is the last
+        p = base[f] + i * st0[f]
+        q = <const double*> p
+        sst = ist[f]
+        if sst == sizeof(double):
+            if f > 0:
+                for t in range(n):
+                    v = s + q[t]
+                    mn[t] = v if v < mn[t] else mn[t]
+            else:
+                for t in range(n):
+                    v = q[t]
+                    mn[t] = v if v < mn[t] else mn[t]
+        else:
+            for t in range(n):
+                v = (<const double*> (p + t * sst))[0]
+                if f > 0:
+                    v = s + v
+                mn[t] = v if v < mn[t] else mn[t]
+        return
+    _start(tmp, base[f] + i * st0[f], ist[f], n, f > 0, s)
+    f += 1
+    while f < F - 1:
+        _add(tmp, base[f] + i * st0[f], ist[f], n)
+        f += 1
+    p = base[f] + i * st0[f]
+    q = <const double*> p
+    sst = ist[f]
+    if sst == 0:
+        s = q[0]
+        for t in range(n):
+            v = tmp[t] + s
+            mn[t] = v if v < mn[t] else mn[t]
+    elif sst == sizeof(double):
+        for t in range(n):
+            v = tmp[t] + q[t]
+            mn[t] = v if v < mn[t] else mn[t]
+    else:
+        for t in range(n):
+            v = tmp[t] + (<const double*> (p + t * sst))[0]
+            mn[t] = v if v < mn[t] else mn[t]
+
+
 cdef inline double _point(const char** base, const i64* st0, const i64* ist, int F, i64 i, i64 t) noexcept nogil:
     """Element ``t`` of what :func:`_row` writes, alone: the same additions in the same order."""
     cdef double s, v
@@ -233,9 +291,7 @@ def min_of_sums_kernel(list factors, tuple shape, cnp.ndarray out, list second=N
                 nxt[t] = INFINITY
                 arg[t] = 0
             for i in range(0 if F2 else dims[0]):
-                _row(tmp, base, st0, ist, F, i, n_inner)
-                for t in range(n_inner):  # a store every time: branch-free, so it vectorises
-                    mn[t] = tmp[t] if tmp[t] < mn[t] else mn[t]
+                _row_min(mn, tmp, base, st0, ist, F, i, n_inner)
             for i in range(dims[0] if F2 else 0):
                 # also the index of the least first sum and the next least (branch-free)
                 _row(tmp, base, st0, ist, F, i, n_inner)

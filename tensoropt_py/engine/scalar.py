@@ -322,27 +322,42 @@ def _reduce_slabs(subs, shape, width):
 class _ReductionMemo:
     """Reduced factors by the content of what was summed: model graphs repeat identical
     layers, whose interior eliminations sum identical factors (other nodes, same tables),
-    so each distinct reduction is computed once. Holds at most ``_MEMO_BYTES``."""
+    so each distinct reduction is computed once. A reduction is named by a digest of the
+    digests of its factors' tables and of how each is indexed (:func:`_content_digest` for a
+    given table, and for one built here the name of the reduction that built it), so a
+    repeat is recognised without gathering or reading its factors. Holds at most
+    ``_MEMO_BYTES``."""
 
     def __init__(self):
         self._red = {}
         self._bytes = 0
 
-    def reduce(self, subs, shape, width):
-        h = hashlib.sha256(repr(tuple(shape)).encode())
-        for comps in subs:
-            for sub in comps:
-                h.update(repr(sub.shape).encode())
-                h.update(sub.data)
-        key = h.digest()
+    def reduce(self, key, gather, shape, width):
+        """The reduction named ``key``: ``_reduce_slabs(gather(), shape, width)``, from memory
+        where it was computed before."""
         red = self._red.get(key)
         if red is None:
-            red = _reduce_slabs(subs, shape, width)
+            red = _reduce_slabs(gather(), shape, width)
             if self._bytes + red.nbytes <= _MEMO_BYTES:
                 red.flags.writeable = False
                 self._red[key] = red
                 self._bytes += red.nbytes
         return red
+
+
+def _content_digest(*parts):
+    """A digest of arrays (shape, dtype and values) and of small values by their ``repr``
+    (digests, ints, tuples of them), in order, each part self-delimited: equal digests, equal
+    content."""
+    h = hashlib.sha256()
+    for part in parts:
+        if isinstance(part, np.ndarray):
+            h.update(f"a{part.shape}{part.dtype.str};".encode())
+            h.update(np.ascontiguousarray(part).data)
+        else:
+            text = repr(part).encode()
+            h.update(b"r%d;" % len(text) + text)
+    return h.digest()
 
 
 def min_sum(cg, lam, max_entries=MAX_FACTOR_ENTRIES, max_work=None):
@@ -512,14 +527,18 @@ def _eliminate(cg, lam, max_entries, numeric, plan=None, time_first=False):
 
     n = cg.n_nodes
     K = cg.n_configs
-    # a factor is (vars, maps, table): its value at configs (k_z) is table[maps[0][k_z0], ...];
-    # layout edges keep their layout classes as maps, so factors stay small
+    # a factor is (vars, maps, table, digest): its value at configs (k_z) is
+    # table[maps[0][k_z0], ...]; layout edges keep their layout classes as maps, so factors stay
+    # small. digest names the table's content (None without values): the memo's keys
     factors: dict[int, tuple] = {}
     of_var: list[set] = [set() for _ in range(n)]
     edge_opt = []  # per edge: (u, v, argmin option (A, B), smap, dmap)
     for i, c in enumerate(cg.node_costs):
-        factors[i] = ((i,), (np.arange(K[i]),),
-                      _weigh(c[:, 0], c[:, 1], lam, time_first) if numeric else placeholder((K[i],)))
+        if numeric:
+            tab = _weigh(c[:, 0], c[:, 1], lam, time_first)
+            factors[i] = ((i,), (np.arange(K[i]),), tab, _content_digest(tab))
+        else:
+            factors[i] = ((i,), (np.arange(K[i]),), placeholder((K[i],)), None)
         of_var[i].add(i)
     reduced = {}  # table_key of a cost table -> its options reduced: once per table that edges share
     for e, (u, v, smap, dmap, tab) in enumerate(cg._norm):
@@ -531,13 +550,14 @@ def _eliminate(cg, lam, max_entries, numeric, plan=None, time_first=False):
                 # are independent given the configs of their edge's ends, so no tie of
                 # options can make the strategy's memory more than it must be
                 best = _argbest(_weigh(tab[..., 0], tab[..., 1], 0.0, True) if lam == 0 and width == 1 else w, 2)
-                reduced[key] = (best, np.take_along_axis(w, best[..., None, None], axis=2)[:, :, 0])
-            best, wmin = reduced[key]
+                wmin = np.take_along_axis(w, best[..., None, None], axis=2)[:, :, 0]
+                reduced[key] = (best, wmin, _content_digest(wmin))
+            best, wmin, digest = reduced[key]
             edge_opt.append((u, v, best, smap, dmap))
         else:
-            wmin = placeholder(tab.shape[:2])
+            wmin, digest = placeholder(tab.shape[:2]), None
         fid = n + e
-        factors[fid] = ((u, v), (smap, dmap), wmin)
+        factors[fid] = ((u, v), (smap, dmap), wmin, digest)
         of_var[u].add(fid)
         of_var[v].add(fid)
     nbrs = [set() for _ in range(n)]
@@ -550,7 +570,7 @@ def _eliminate(cg, lam, max_entries, numeric, plan=None, time_first=False):
     memo = _ReductionMemo()
 
     def n_classes(fid, z):
-        fv, maps, tab = factors[fid]
+        fv, maps, tab, _ = factors[fid]
         return tab.shape[fv.index(z)]
 
     def est_size(x):
@@ -597,12 +617,14 @@ def _eliminate(cg, lam, max_entries, numeric, plan=None, time_first=False):
             # a constant: restrict every factor to its only config, coupling nothing
             popped = [factors[f] for f in fids]
             for f in fids:
-                fv, maps, tab = factors.pop(f)
+                fv, maps, tab, digest = factors.pop(f)
                 a = fv.index(x)
                 sub = tab[(slice(None),) * a + (int(maps[a][0]),)]
                 rest = tuple(z for z in fv if z != x)
                 if rest:
-                    factors[next_id] = (rest, tuple(m for b, m in enumerate(maps) if b != a), sub)
+                    if numeric:
+                        digest = _content_digest(digest, a, int(maps[a][0]))
+                    factors[next_id] = (rest, tuple(m for b, m in enumerate(maps) if b != a), sub, digest)
                     for z in rest:
                         of_var[z].discard(f)
                         of_var[z].add(next_id)
@@ -645,29 +667,38 @@ def _eliminate(cg, lam, max_entries, numeric, plan=None, time_first=False):
                 f"(the graph is too wide for exact elimination)",
                 _step_entries(shape),
             )
-        subs = []
-        popped = [factors[f] for f in fids]
-        for f in fids:
-            fv, maps, tab = factors.pop(f)
-            if numeric:
-                sub = tab[np.ix_(*[maps[a][rep[z]] for a, z in enumerate(fv)])]
-                fk = [z for z in fv if z in scope]
-                sub = sub.reshape([rep[z].shape[0] for z in fk] + [width])  # without the one-class axes
-                pos = [scope.index(z) for z in fk]
-                sub = sub.transpose(list(np.argsort(pos)) + [len(fk)])
-                sub = sub.reshape([shape[q] if scope[q] in fk else 1 for q in range(len(scope))] + [width])
-                subs.append([np.ascontiguousarray(sub[..., c]) for c in range(width)])
+        popped = [factors.pop(f) for f in fids]
+        for f, (fv, *_) in zip(fids, popped):
             for z in fv:
                 if z != x:
                     of_var[z].discard(f)
+        digest = None
         if numeric:
-            red = memo.reduce(subs, shape, width)
+            # what each factor contributes: its table at the classes' representatives, its axes
+            # placed at their scope positions (a one-class axis, -1, dropped)
+            terms = [(tab, [maps[a][rep[z]] for a, z in enumerate(fv)],
+                      tuple(scope.index(z) if z in scope else -1 for z in fv)) for fv, maps, tab, _ in popped]
+
+            def gather(terms=terms, shape=shape):
+                subs = []
+                for tab, index, pos in terms:
+                    sub = tab[np.ix_(*index)]
+                    kept = [q for q in pos if q >= 0]
+                    sub = sub.reshape([shape[q] for q in kept] + [width])  # without the one-class axes
+                    sub = sub.transpose(list(np.argsort(kept)) + [len(kept)])
+                    sub = sub.reshape([shape[q] if q in kept else 1 for q in range(len(shape))] + [width])
+                    subs.append([np.ascontiguousarray(sub[..., c]) for c in range(width)])
+                return subs
+
+            digest = _content_digest(tuple(shape), width,
+                                     *[part for (*_, d), (_, index, pos) in zip(popped, terms) for part in (d, pos, *index)])
+            red = memo.reduce(digest, gather, shape, width)
         else:
             red = placeholder(shape[1:])
         others = tuple(scope[1:])
         trace.append((x, popped, rep[x]))  # decoded later from the factors themselves
         if others:
-            factors[next_id] = (others, tuple(inv[z] for z in others), red)
+            factors[next_id] = (others, tuple(inv[z] for z in others), red, digest)
             for z in others:
                 of_var[z].add(next_id)
                 nbrs[z].discard(x)
@@ -692,7 +723,7 @@ def _eliminate(cg, lam, max_entries, numeric, plan=None, time_first=False):
     for x, popped, rep in reversed(trace):
         # every other node of these factors is decoded already: minimise over x alone
         val = np.zeros((rep.shape[0], width))
-        for fv, maps, tab in popped:
+        for fv, maps, tab, _ in popped:
             val = val + tab[tuple(maps[a][rep] if z == x else maps[a][choices[z]] for a, z in enumerate(fv))]
         best = int(_argbest(val, 0))
         if check_ties and not tied and rep.shape[0] > 1:
