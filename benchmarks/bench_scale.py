@@ -59,6 +59,10 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   anchors) solved on a thread of their own while the run goes on and solved after it, twice
   each, alternated: wall and CPU seconds, the anchors' seconds after the run and on their
   thread, which ends that thread solved, and whether the frontiers are the same;
+* ``transformer16_anchors_process``: the default ``track`` of ``transformer16_track`` without
+  anchors, with them (on their thread), and without them while a process started beforehand
+  solves the same anchors at the least CPU priority (run ``transformer16_track`` first), four
+  each, alternated: seconds, their medians, and the process's seconds and ends solved;
 * ``transformer16_tie_solve``: the same with the fastest anchor's tie of least time solved by
   the weighted solve on a thread at the least CPU priority, and left unsolved on a thread at
   normal priority, four each, alternated (``--track-threads``): seconds, the anchors'
@@ -602,6 +606,51 @@ out(case="transformer16_anchors_beside", threads={threads}, seconds_after=runs["
     background_s=beside["beside"], solved_beside=b.stats.get("anchors_beside"), points=[len(a), len(b)],
     same_frontier=bool(len(a) == len(b) and np.allclose(a.memory, b.memory, rtol=1e-12, atol=0)
                        and np.allclose(a.time, b.time, rtol=1e-12, atol=0)))
+""",
+    "transformer16_anchors_process": r"""
+# what the anchors' thread costs the default run: track without anchors, the default (anchors on a
+# thread of their own), and without anchors while a process started beforehand solves the same
+# anchors (the background's jobs: the fastest screened by the relaxation, the smallest by the least
+# memory of that case's frontier) at the least CPU priority, alternated, four each
+import pickle, subprocess, tempfile
+cg = build_cost_graph(zoo.transformer(), to.Cluster.preset("v100-2x8"), 16).cost_graph
+least_memory = float(t16_frontier()["memory"].min())
+path = os.path.join(tempfile.mkdtemp(), "cg.pkl")
+with open(path, "wb") as f:
+    pickle.dump(cg, f)
+worker = '''
+import importlib, os, pickle, sys, time
+sys.path.insert(0, sys.argv[2])
+import numpy as np
+track_mod = importlib.import_module("tensoropt_py.engine.track")
+cg = pickle.load(open(sys.argv[1], "rb"))
+os.nice(19)
+print("ready", flush=True)
+for line in sys.stdin:
+    t0 = time.perf_counter()
+    beside = track_mod._BackgroundOptima(cg, 4 << 30, 2, track_mod._entries(32 << 30))
+    beside.smallest_below(np.array([float(line)]))
+    solved = [beside.optimum(0.0) is not None, beside.optimum(np.inf) is not None]
+    beside.close(wait=True)
+    print(time.perf_counter() - t0, solved[0], solved[1], flush=True)
+'''
+root = os.path.dirname(os.path.dirname(os.path.abspath(to.__file__)))
+proc = subprocess.Popen([sys.executable, "-c", worker, path, root], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+proc.stdout.readline()
+runs, jobs = {{}}, []
+for mode in ("none", "thread", "process") * 4:
+    t0 = time.perf_counter()
+    if mode == "process":
+        proc.stdin.write(f"{{least_memory!r}}\n"); proc.stdin.flush()
+    fr = track(cg, threads={threads}, anchors=mode == "thread")
+    if mode == "process":
+        seconds, fastest, smallest = proc.stdout.readline().split()
+        jobs.append([float(seconds), fastest == "True", smallest == "True"])
+    runs.setdefault(mode, []).append(time.perf_counter() - t0)
+proc.stdin.close(); proc.wait()
+os.remove(path)
+out(case="transformer16_anchors_process", threads={threads}, seconds=runs,
+    median={{k: float(np.median(v)) for k, v in runs.items()}}, process_jobs=jobs)
 """,
     "transformer16_tie_solve": r"""
 # the default track with the fastest anchor's weighted tie solve on a thread at the least CPU
