@@ -5,9 +5,10 @@
 index of the axes after the first, the least over the first axis of the factors' sum. NumPy
 builds that sum in full (in slabs) and then reduces it; here each output row of the
 longest output axis is summed and reduced in a buffer that stays in cache, one first-axis
-index at a time (for one component, the last factor's addition fused with the minimum). The factors are added left to right, as NumPy's repeated ``+`` does, so
-the result is the same bit for bit. The public, validating entry point and its NumPy
-reference are :func:`tensoropt_py.engine.scalar.min_of_sums` and
+index at a time (for one component, the last factor's addition fused with the minimum). The
+factors are added left to right, as NumPy's repeated ``+`` does, so the result is the same bit
+for bit. The public, validating entry point and its NumPy reference are
+:func:`tensoropt_py.engine.scalar.min_of_sums` and
 :func:`tensoropt_py.engine.scalar.min_of_sums_reference`.
 
 Given a second list of factors (a second cost component), the kernel also writes the
