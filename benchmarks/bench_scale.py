@@ -56,13 +56,15 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   input), twice each, alternated: seconds, hubs so eliminated, and how far the frontiers differ
   (the two orders round differently) and whether their strategies are the same;
 * ``transformer16_anchors_beside``: the same with the exact fastest and smallest strategies (the
-  anchors) solved on a thread of their own while the run goes on and solved after it, twice
-  each, alternated: wall and CPU seconds, the anchors' seconds after the run and on their
-  thread, which ends that thread solved, and whether the frontiers are the same;
+  anchors) solved beside the run while it goes on (in a process of their own) and solved after
+  it, twice each, alternated: wall and CPU seconds (the process's included), the anchors' seconds
+  after the run and beside it, which ends were solved beside it, and whether the frontiers are
+  the same;
 * ``transformer16_anchors_process``: the default ``track`` of ``transformer16_track`` without
-  anchors, with them (on their thread), and without them while a process started beforehand
-  solves the same anchors at the least CPU priority (run ``transformer16_track`` first), four
-  each, alternated: seconds, their medians, and the process's seconds and ends solved;
+  anchors, with them on a thread of the run's process, and with them in a process of their own
+  (the default), four each, alternated: seconds, their medians, the anchors' seconds beside the
+  run, the ends they solved and the seconds of anchors left after the run, and whether the
+  frontiers of the two ways are the same;
 * ``transformer16_tie_solve``: the same with the fastest anchor's tie of least time solved by
   the weighted solve on a thread at the least CPU priority, and left unsolved on a thread at
   normal priority, four each, alternated (``--track-threads``): seconds, the anchors'
@@ -300,6 +302,7 @@ cases = [(int(rng.integers(5, 30)), int(rng.integers(3, 15)), int(rng.integers(2
           int(rng.integers(1, 3)), int(rng.integers(1 << 30))) for _ in range(300)]
 kwargs = dict(max_merged_configs=10000, max_step_work=1e3, epsilon=0.01)
 most, weight = track_mod._TIE_MAX_WORK, scalar._TIE_WEIGHT
+track_mod._ANCHORS_IN_PROCESS = False  # the anchors on a thread, which sees the settings below
 for label, cap, w in (("time, then memory", most, weight), ("weighted", 0, weight), ("first fastest found", 0, 0.0)):
     track_mod._TIE_MAX_WORK, scalar._TIE_WEIGHT = cap, w
     equal, agree, unproven, excess, t0 = 0, 0, 0, [], time.perf_counter()
@@ -317,6 +320,7 @@ for label, cap, w in (("time, then memory", most, weight), ("weighted", 0, weigh
         worst_memory_excess=float(max(excess)), median_excess_where_worse=float(np.median([e for e in excess if e > 0]))
         if any(e > 0 for e in excess) else 0.0, seconds=time.perf_counter() - t0)
 track_mod._TIE_MAX_WORK, scalar._TIE_WEIGHT = most, weight
+track_mod._ANCHORS_IN_PROCESS = True
 """,
     "transformer16_limits": r"""
 from tensoropt_py.engine.screen import lam_grid, relaxation_bounds, screen_out
@@ -583,19 +587,19 @@ out(case="transformer16_hub_first", threads={threads}, seconds_plain=runs["plain
     same_strategies=bool(same_size and np.array_equal(a.choices, b.choices)))
 """,
     "transformer16_anchors_beside": r"""
-# the default track with the anchors solved beside the run (on a thread of their own, from the
-# exact start given up on) and after it, alternated: wall and CPU seconds, the anchors' seconds
-# after the run and beside it, and whether the frontiers are the same
+# the default track with the anchors solved beside the run (in a process of their own, from the
+# exact start given up on) and after it, alternated: wall and CPU seconds (the process's
+# included), the anchors' seconds after the run and beside it, and whether the frontiers are the same
 import importlib, resource
 track_mod = importlib.import_module("tensoropt_py.engine.track")
 cg = build_cost_graph(zoo.transformer(), to.Cluster.preset("v100-2x8"), 16).cost_graph
 runs, cpu, after, beside, fronts = {{}}, {{}}, {{}}, {{}}, {{}}
 for mode in ("after", "beside", "after", "beside"):
     track_mod._BACKGROUND_ANCHORS = mode == "beside"
-    r0 = resource.getrusage(resource.RUSAGE_SELF)
+    r0 = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
     t0 = time.perf_counter(); fr = track(cg, threads={threads}); runs.setdefault(mode, []).append(time.perf_counter() - t0)
-    r1 = resource.getrusage(resource.RUSAGE_SELF)
-    cpu.setdefault(mode, []).append(r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime)
+    r1 = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]  # the process, reaped
+    cpu.setdefault(mode, []).append(sum(b.ru_utime + b.ru_stime - a.ru_utime - a.ru_stime for a, b in zip(r0, r1)))
     after.setdefault(mode, []).append(fr.stats["anchor_seconds"])
     beside.setdefault(mode, []).append(fr.stats.get("anchor_background_seconds"))
     fronts.setdefault(mode, fr)
@@ -608,49 +612,28 @@ out(case="transformer16_anchors_beside", threads={threads}, seconds_after=runs["
                        and np.allclose(a.time, b.time, rtol=1e-12, atol=0)))
 """,
     "transformer16_anchors_process": r"""
-# what the anchors' thread costs the default run: track without anchors, the default (anchors on a
-# thread of their own), and without anchors while a process started beforehand solves the same
-# anchors (the background's jobs: the fastest screened by the relaxation, the smallest by the least
-# memory of that case's frontier) at the least CPU priority, alternated, four each
-import pickle, subprocess, tempfile
-cg = build_cost_graph(zoo.transformer(), to.Cluster.preset("v100-2x8"), 16).cost_graph
-least_memory = float(t16_frontier()["memory"].min())
-path = os.path.join(tempfile.mkdtemp(), "cg.pkl")
-with open(path, "wb") as f:
-    pickle.dump(cg, f)
-worker = '''
-import importlib, os, pickle, sys, time
-sys.path.insert(0, sys.argv[2])
-import numpy as np
+# what solving the anchors beside the run costs it: track without anchors, with them on a thread
+# of this process, and with them in a process of their own (the default), alternated, four each:
+# seconds, their medians, the seconds the anchors took beside the run, and whether the frontiers
+# of the two ways are the same
+import importlib
 track_mod = importlib.import_module("tensoropt_py.engine.track")
-cg = pickle.load(open(sys.argv[1], "rb"))
-os.nice(19)
-print("ready", flush=True)
-for line in sys.stdin:
-    t0 = time.perf_counter()
-    beside = track_mod._BackgroundOptima(cg, 4 << 30, 2, track_mod._entries(32 << 30))
-    beside.smallest_below(np.array([float(line)]))
-    solved = [beside.optimum(0.0) is not None, beside.optimum(np.inf) is not None]
-    beside.close(wait=True)
-    print(time.perf_counter() - t0, solved[0], solved[1], flush=True)
-'''
-root = os.path.dirname(os.path.dirname(os.path.abspath(to.__file__)))
-proc = subprocess.Popen([sys.executable, "-c", worker, path, root], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-proc.stdout.readline()
-runs, jobs = {{}}, []
+cg = build_cost_graph(zoo.transformer(), to.Cluster.preset("v100-2x8"), 16).cost_graph
+runs, beside, fronts = {{}}, {{}}, {{}}
 for mode in ("none", "thread", "process") * 4:
+    track_mod._ANCHORS_IN_PROCESS = mode == "process"
     t0 = time.perf_counter()
-    if mode == "process":
-        proc.stdin.write(f"{{least_memory!r}}\n"); proc.stdin.flush()
-    fr = track(cg, threads={threads}, anchors=mode == "thread")
-    if mode == "process":
-        seconds, fastest, smallest = proc.stdout.readline().split()
-        jobs.append([float(seconds), fastest == "True", smallest == "True"])
+    fr = track(cg, threads={threads}, anchors=mode != "none")
     runs.setdefault(mode, []).append(time.perf_counter() - t0)
-proc.stdin.close(); proc.wait()
-os.remove(path)
+    if mode != "none":
+        assert fr.stats["anchors_beside_in"] == mode, fr.stats.get("anchors_beside_in")
+        beside.setdefault(mode, []).append([round(fr.stats["anchor_background_seconds"], 3),
+                                            list(fr.stats["anchors_beside"]), round(fr.stats["anchor_seconds"], 3)])
+        fronts.setdefault(mode, set()).add((fr.memory.tobytes(), fr.time.tobytes()))
+track_mod._ANCHORS_IN_PROCESS = True
 out(case="transformer16_anchors_process", threads={threads}, seconds=runs,
-    median={{k: float(np.median(v)) for k, v in runs.items()}}, process_jobs=jobs)
+    median={{k: float(np.median(v)) for k, v in runs.items()}},
+    beside_seconds_used_after=beside, same_frontier=fronts["thread"] == fronts["process"] and len(fronts["thread"]) == 1)
 """,
     "transformer16_tie_solve": r"""
 # the default track with the fastest anchor's weighted tie solve on a thread at the least CPU
@@ -662,6 +645,7 @@ track_mod = importlib.import_module("tensoropt_py.engine.track")
 scalar = importlib.import_module("tensoropt_py.engine.scalar")
 cg = build_cost_graph(zoo.transformer(), to.Cluster.preset("v100-2x8"), 16).cost_graph
 lower, weight = track_mod._behind_the_run, scalar._TIE_WEIGHT
+track_mod._ANCHORS_IN_PROCESS = False  # the anchors on a thread, which sees the settings below
 runs, after, solved, fronts = {{}}, {{}}, {{}}, {{}}
 for mode in ("unsolved", "solved") * 4:
     track_mod._behind_the_run, scalar._TIE_WEIGHT = (lower, weight) if mode == "solved" else (lambda: None, 0.0)
@@ -670,6 +654,7 @@ for mode in ("unsolved", "solved") * 4:
     solved.setdefault(mode, []).append("anchor_ties" not in fr.stats)
     fronts.setdefault(mode, fr)
 track_mod._behind_the_run, scalar._TIE_WEIGHT = lower, weight
+track_mod._ANCHORS_IN_PROCESS = True
 a, b = fronts["unsolved"], fronts["solved"]
 out(case="transformer16_tie_solve", threads={threads}, seconds_unsolved=runs["unsolved"], seconds_solved=runs["solved"],
     median_unsolved=float(np.median(runs["unsolved"])), median_solved=float(np.median(runs["solved"])),

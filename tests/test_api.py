@@ -421,6 +421,7 @@ def test_frontier_says_where_the_fastest_points_memory_among_ties_is_not_proven(
         return found._replace(ties="the fastest strategies tie") if isinstance(found, track_mod._Optimum) else found
 
     monkeypatch.setattr(track_mod, "_screened_optimum", tied)
+    monkeypatch.setattr(track_mod, "_ANCHORS_IN_PROCESS", False)  # a process would not see the patch
     fr = to.frontier("small_cnn", CLUSTER, devices=4, epsilon=1e-3, cache=False)
     assert fr.fastest_ties and "strategies tie for the least time" in fr.accuracy
     assert api.Frontier.from_json(fr.to_json(tmp_path / "f.json")).fastest_ties
@@ -439,6 +440,7 @@ def test_frontier_says_how_far_a_fastest_point_out_of_exact_reach_may_be(monkeyp
 
     monkeypatch.setattr(importlib.import_module("tensoropt_py.engine.track"), "AUTO_EPSILON_CELL_POINTS", 1)
     monkeypatch.setattr(importlib.import_module("tensoropt_py.engine.scalar"), "MAX_FACTOR_ENTRIES", 1)
+    monkeypatch.setattr(importlib.import_module("tensoropt_py.engine.track"), "_ANCHORS_IN_PROCESS", False)
     fr = to.frontier("mlp", CLUSTER, devices=4, cache=False)
     # measured against a bound at least as tight as the relaxation's (a window bound may prove it)
     bound = lower_bounds(relaxation_bounds(fr.model_cost_graph.cost_graph, [0.0]))[0]

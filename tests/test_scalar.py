@@ -245,10 +245,12 @@ def test_the_relaxations_own_strategies_join_where_the_optima_are_out_of_reach(s
     np.testing.assert_allclose(t, fr.time, rtol=1e-12)
 
 
+@pytest.mark.parametrize("beside_in", ["thread", "process"])
 @pytest.mark.parametrize("seed", range(16))
-def test_optima_solved_beside_a_run_equal_the_whole_graph_optima(seed):
+def test_optima_solved_beside_a_run_equal_the_whole_graph_optima(seed, beside_in):
     # screened without a frontier (the fastest: by the relaxation's own best strategy; the
-    # smallest: by achievable memories handed over), both must be the whole graph's optima
+    # smallest: by achievable memories handed over), both must be the whole graph's optima,
+    # on the run's thread and in a process of their own
     import importlib
 
     track_mod = importlib.import_module("tensoropt_py.engine.track")
@@ -264,7 +266,8 @@ def test_optima_solved_beside_a_run_equal_the_whole_graph_optima(seed):
     rng = np.random.default_rng(seed)
     ch = np.stack([rng.integers(0, k, size=40) for k in cg.n_configs], axis=1)
     mem, _ = evaluate(cg, ch, np.zeros((40, cg.n_edges), dtype=np.int64))
-    beside = track_mod._BackgroundOptima(cg, 1 << 30, threads=2, entries_after=track_mod._entries(1 << 30))
+    solver = track_mod._BackgroundOptima if beside_in == "thread" else track_mod._AnchorsProcess
+    beside = solver(cg, 1 << 30, threads=2, entries_after=track_mod._entries(1 << 30))
     try:
         beside.smallest_below(np.append(mem[np.isfinite(mem)], small.memory))
         fastest = beside.optimum(0.0)
@@ -294,6 +297,77 @@ def test_the_anchors_thread_yields_to_the_run_and_only_it():
         beside.close(wait=True)
     assert theirs == 19
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == ours < 19
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the child's priority in /proc")
+def test_the_anchors_process_runs_at_the_least_priority_and_ends_with_close():
+    import importlib
+
+    track_mod = importlib.import_module("tensoropt_py.engine.track")
+    beside = track_mod._AnchorsProcess(random_chain(4, 3, seed=0), 1 << 30, threads=2,
+                                       entries_after=track_mod._entries(1 << 30))
+    try:
+        assert beside.bounds() is not None and beside.bounds() is beside.bounds()  # one object: _optima compares
+        with open(f"/proc/{beside._child.pid}/stat") as f:
+            nice = int(f.read().rsplit(")", 1)[1].split()[16])  # field 19 of stat
+        assert nice == 19
+        with pytest.raises(AttributeError, match="no_such_job"):  # the child's errors reach the caller
+            beside._ask("no_such_job")
+        assert beside.optimum(0.0) is not None
+    finally:
+        beside.close()
+    assert beside._child.returncode is not None  # ended, and reaped
+    assert beside.optimum(0.0) is None and beside.refusal(0.0) is None and beside.window_bound(0.0) == (False, None)
+    assert beside.used == ["fastest"] and beside.seconds > 0  # as last reported
+
+
+@pytest.mark.parametrize("child", ["answers", "ends at once"])
+@pytest.mark.parametrize("seed", range(4))
+def test_a_frontier_is_the_same_whether_its_anchors_run_in_a_process_or_not(seed, child, monkeypatch):
+    # the anchors beside the run in a process (here for any size of graph), against on the
+    # run's thread; a child that ends before answering has solved nothing: the run solves its
+    # anchors after it, and the frontier is the same again
+    import importlib
+    import shutil
+
+    track_mod = importlib.import_module("tensoropt_py.engine.track")
+    cg = random_layered_dag(6, 3, 4, layouts=2, options=2, skip_prob=0.5, seed=seed)
+    kwargs = dict(max_merged_configs=2, epsilon=0.05, threads=2)
+    monkeypatch.setattr(track_mod, "_ANCHORS_IN_PROCESS", False)
+    on_thread = track(cg, **kwargs)
+    monkeypatch.setattr(track_mod, "_ANCHORS_IN_PROCESS", True)
+    monkeypatch.setattr(track_mod, "_PROCESS_MIN_LEAF_BYTES", 0)
+    if child == "ends at once":
+        if shutil.which("true") is None:
+            pytest.skip("no `true` program to stand for a child that ends")
+        monkeypatch.setattr(sys, "executable", shutil.which("true"))
+    in_process = track(cg, **kwargs)
+    np.testing.assert_array_equal(in_process.memory, on_thread.memory)
+    np.testing.assert_array_equal(in_process.time, on_thread.time)
+    assert in_process.stats.get("end_gaps") == on_thread.stats.get("end_gaps")
+    assert (on_thread.stats["anchors_beside_in"], in_process.stats["anchors_beside_in"]) == ("thread", "process")
+    if child == "answers":
+        assert in_process.stats["anchors_beside"] == on_thread.stats["anchors_beside"] != ()
+        assert "anchors_beside_ended" not in in_process.stats
+    else:
+        assert in_process.stats["anchors_beside"] == ()
+        assert "ended early" in in_process.stats["anchors_beside_ended"]
+
+
+def test_the_anchors_stay_on_a_thread_where_a_process_would_not_fit_their_share(monkeypatch):
+    import importlib
+
+    track_mod = importlib.import_module("tensoropt_py.engine.track")
+    cg = random_chain(4, 3, seed=0)
+    monkeypatch.setattr(track_mod, "_PROCESS_MIN_LEAF_BYTES", 0)
+    for budget, solver in ((64 << 20, track_mod._BackgroundOptima), (1 << 30, track_mod._AnchorsProcess)):
+        beside = track_mod._anchors_beside(cg, budget, 2, track_mod._entries(1 << 30))
+        beside.close()
+        assert type(beside) is solver
+    monkeypatch.setattr(track_mod, "_PROCESS_MIN_LEAF_BYTES", track_mod.leaf_bytes(cg) + 1)  # too small a graph
+    beside = track_mod._anchors_beside(cg, 1 << 30, 2, track_mod._entries(1 << 30))
+    beside.close()
+    assert type(beside) is track_mod._BackgroundOptima
 
 
 def test_anchors_beside_the_run_left_to_the_end_where_their_share_is_too_small(monkeypatch):
@@ -506,6 +580,7 @@ def test_ends_refused_beside_the_run_leave_the_frontier_as_after_it(seed, monkey
 
     track_mod = importlib.import_module("tensoropt_py.engine.track")
     monkeypatch.setattr(track_mod, "_OPTIMUM_MAX_WORK", 1)
+    monkeypatch.setattr(track_mod, "_ANCHORS_IN_PROCESS", False)  # a process would not see the patch
     cg = random_layered_dag(6, 3, 4, layouts=2, options=2, skip_prob=0.5, seed=seed)
     fr = track(cg, max_merged_configs=2, epsilon=0.05, threads=2)
     assert fr.stats["anchors"].startswith("skipped") and "fastest" not in fr.stats["anchors_beside"]
@@ -637,9 +712,12 @@ def test_an_anchor_too_wide_is_skipped_alone(monkeypatch):
     # a 4-clique of 10-config nodes is too wide for a 50-entry factor; the bounds leave one
     # config per node that can be as fast as the frontier's fastest point (the fastest anchor
     # is found), but every config is as small as the smallest (that anchor stays too wide)
+    import importlib
+
     from tensoropt_py.engine import scalar
 
     monkeypatch.setattr(scalar, "MAX_FACTOR_ENTRIES", 50)
+    monkeypatch.setattr(importlib.import_module("tensoropt_py.engine.track"), "_ANCHORS_IN_PROCESS", False)
     node = np.array([[1.0, 1.0]] + [[1.0, 100.0 + k] for k in range(1, 10)])
     edges = [(a, b, np.zeros((10, 10, 2))) for a in range(4) for b in range(a + 1, 4)]
     cg = CostGraph([node] * 4, edges)

@@ -640,6 +640,227 @@ class _BackgroundOptima:
         self._pool.shutdown(wait=wait, cancel_futures=True)
 
 
+
+_ANCHORS_IN_PROCESS = True  # False: the anchors solved beside a run stay on a thread (tests that patch their steps)
+_PROCESS_BASE_BYTES = 128 << 20
+"""What an anchors' process holds before its budget: an interpreter with NumPy and the engine
+imported (about 40 MiB measured), with room."""
+_PROCESS_MIN_LEAF_BYTES = 384 << 10
+"""Graphs whose leaf tables (:func:`leaf_bytes`) are smaller keep their anchors on a thread:
+starting an interpreter (about 0.4 s) costs them more than the lock the thread takes. On
+random chains with epsilon 1e-3 and two threads the process wins from about 450 KiB."""
+
+
+class _ChildGone(Exception):
+    """An anchors' process that cannot be asked any more (it ended, or its pipe broke)."""
+
+
+def _send(stream, obj):
+    """Write ``obj`` to a binary ``stream`` as a pickle with its length first."""
+    import pickle
+
+    data = obj if isinstance(obj, bytes) else pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(len(data).to_bytes(8, "little"))
+    stream.write(data)
+    stream.flush()
+
+
+def _receive(stream):
+    """The next object :func:`_send` wrote to ``stream``; raises :class:`_ChildGone` at its end."""
+    import pickle
+
+    head = stream.read(8)
+    if len(head) < 8:
+        raise _ChildGone("the pipe ended")
+    size = int.from_bytes(head, "little")
+    data = stream.read(size)
+    if len(data) < size:
+        raise _ChildGone("the pipe ended")
+    return pickle.loads(data)
+
+
+def _serve_anchors():
+    """The anchors' process of :class:`_AnchorsProcess`: on stdin the graph (a pickle), then
+    ``(budget, threads, entries_after)`` for its :class:`_BackgroundOptima`, then calls
+    ``(reply, name, args)`` of its methods (``args`` None: an attribute), each answered on
+    stdout where ``reply`` is true, as ``(ok, value or exception, seconds, used)``. It ends at
+    the end of stdin, whatever job is running."""
+    import pickle
+
+    requests, answers = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr  # nothing but answers on the pipe
+    try:
+        os.nice(19)  # runs on what the run leaves idle
+    except (AttributeError, OSError):  # not POSIX, or forbidden: the same results
+        pass
+    try:
+        cg = _receive(requests)
+        beside = _BackgroundOptima(cg, *_receive(requests))
+        while True:
+            reply, name, args = _receive(requests)
+            try:
+                value = getattr(beside, name)
+                ok, value = True, value if args is None else value(*args)
+            except Exception as exc:  # the parent raises it, as a thread's job would
+                ok, value = False, exc
+            if reply:
+                try:
+                    answer = pickle.dumps((ok, value, beside.seconds, tuple(beside.used)),
+                                          protocol=pickle.HIGHEST_PROTOCOL)
+                except Exception as exc:  # an exception that does not pickle
+                    answer = (False, RuntimeError(f"{value!r} ({exc})"), beside.seconds, tuple(beside.used))
+                _send(answers, answer)
+    except (_ChildGone, OSError):  # the parent closed it, or is gone
+        pass
+    finally:
+        os._exit(0)  # the pool's job running, if any, is dropped
+
+
+class _AnchorsProcess:
+    """A :class:`_BackgroundOptima` in a process of its own, behind the same methods.
+
+    The anchors' jobs run Python between their kernels; on a thread they hold the lock the
+    run needs between its own (the Transformer@16's default ``track``: 8.4 s with them on a
+    thread, 7.0 s without, ``benchmarks/bench_scale.py --cases
+    transformer16_anchors_process``). A child process has a lock of its own and runs at the
+    least CPU priority, on what the run leaves idle. It is started by :mod:`subprocess`
+    (multiprocessing's spawn would run an unguarded ``__main__`` of the user's again), sent
+    the graph as a pickle on its stdin, and asked over pipes (:func:`_serve_anchors`), one
+    call at a time. ``budget`` (the share of ``max_memory`` held for it) covers the
+    interpreter (``_PROCESS_BASE_BYTES``), the graph's pickle on both sides and the child's
+    copy of the graph; the rest is the child's budget. Raises :class:`_ChildGone` where that rest is under half
+    the share, or where no process starts: the caller keeps the anchors on a thread. A child
+    that cannot be asked any more has solved nothing: the run solves what it needs after it."""
+
+    def __init__(self, cg, budget, threads, entries_after):
+        import pickle
+        import queue
+        import subprocess
+
+        self.budget = int(budget)
+        graph = pickle.dumps(cg, protocol=pickle.HIGHEST_PROTOCOL)
+        own = self.budget - _PROCESS_BASE_BYTES - 3 * len(graph)
+        if own < self.budget // 2 or not sys.executable:
+            raise _ChildGone(f"{own} bytes would be left of {self.budget}")
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        code = (f"import importlib, sys; sys.path.insert(0, {root!r}); "
+                "importlib.import_module('tensoropt_py.engine.track')._serve_anchors()")
+        try:
+            self._child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        except OSError as exc:
+            raise _ChildGone(str(exc)) from exc
+        self._seconds, self._used = 0.0, ()
+        self._bounds = self._unasked = object()
+        self._gone = False
+        self.ended = None  # why the child could not be asked any more, before close()
+        self._lock = threading.Lock()  # one call at a time: answers come in order
+        # a thread of its own writes to the child: the graph takes the child's start to be read
+        self._outbox = queue.SimpleQueue()
+        for message in (graph, (own, threads, entries_after)):
+            self._outbox.put(message)
+        threading.Thread(target=self._write, name="tensoropt-anchors-pipe", daemon=True).start()
+
+    def _write(self):
+        try:
+            while (message := self._outbox.get()) is not None:
+                _send(self._child.stdin, message)
+        except (OSError, ValueError):  # the child ended: its answers say so
+            pass
+        finally:
+            try:
+                self._child.stdin.close()
+            except OSError:
+                pass
+
+    def _ask(self, name, *args, attribute=False):
+        """The child's ``name(*args)`` (its attribute ``name``); raises :class:`_ChildGone`."""
+        with self._lock:
+            if self._gone:
+                raise _ChildGone("ended before")
+            self._outbox.put((True, name, None if attribute else args))
+            try:
+                ok, value, self._seconds, self._used = _receive(self._child.stdout)
+            except (_ChildGone, OSError, EOFError) as exc:
+                if not self._gone:
+                    self.ended = f"the anchors' process ended early ({exc}); the anchors were solved after the run"
+                self._gone = True
+                raise _ChildGone(str(exc)) from exc
+        if not ok:
+            raise value
+        return value
+
+    @property
+    def seconds(self):
+        """Seconds its jobs took, summed (as last reported where it cannot be asked)."""
+        try:
+            return float(self._ask("seconds", attribute=True))
+        except _ChildGone:
+            return self._seconds
+
+    @property
+    def used(self):
+        """What was taken from it (as :attr:`_BackgroundOptima.used`)."""
+        return list(self._used)
+
+    def smallest_below(self, mem):
+        """As :meth:`_BackgroundOptima.smallest_below`, without waiting for an answer."""
+        if not self._gone:
+            self._outbox.put((False, "smallest_below", (np.asarray(mem, dtype=np.float64),)))
+
+    def bounds(self):
+        """As :meth:`_BackgroundOptima.bounds`; the same object on every call."""
+        if self._bounds is self._unasked:
+            try:
+                self._bounds = self._ask("bounds")
+            except _ChildGone:
+                self._bounds = None
+        return self._bounds
+
+    def optimum(self, lam):
+        """As :meth:`_BackgroundOptima.optimum`."""
+        try:
+            return self._ask("optimum", lam)
+        except _ChildGone:
+            return None
+
+    def refusal(self, lam):
+        """As :meth:`_BackgroundOptima.refusal`."""
+        try:
+            return self._ask("refusal", lam)
+        except _ChildGone:
+            return None
+
+    def window_bound(self, lam):
+        """As :meth:`_BackgroundOptima.window_bound`."""
+        try:
+            return self._ask("window_bound", lam)
+        except _ChildGone:
+            return False, None
+
+    def close(self, wait=False):
+        """End the child at once, whatever it was solving (``wait`` is for the thread's
+        signature: what the child held is freed when this returns). A call still waiting for
+        an answer then gets none."""
+        self._gone = True
+        self._outbox.put(None)
+        self._child.kill()
+        self._child.wait()
+        self._child.stdout.close()
+
+
+def _anchors_beside(cg, budget, threads, entries_after):
+    """The anchors solved beside a run: in a process of their own (:class:`_AnchorsProcess`)
+    where one starts within ``budget`` and the graph is large enough to gain from it
+    (``_PROCESS_MIN_LEAF_BYTES``), else on a thread (:class:`_BackgroundOptima`)."""
+    if _ANCHORS_IN_PROCESS and leaf_bytes(cg) >= _PROCESS_MIN_LEAF_BYTES:
+        try:
+            return _AnchorsProcess(cg, budget, threads, entries_after)
+        except _ChildGone:
+            pass
+    return _BackgroundOptima(cg, budget, threads, entries_after)
+
+
 def _relaxation_strategies(cg, rb, lams):
     """The relaxation's own best strategy for each lam of ``lams`` (0: time, inf: memory;
     rows of ``rb``): every node at its config of least bound, every edge at its best option
@@ -973,14 +1194,20 @@ def track(
         (:func:`~.screen.window_bound`) (``"fastest"``: time, ``"smallest"``: memory; 0
         proves it optimal). With ``threads`` above 1, once the run is known to need them
         (epsilon turned on by the exact start given up or asked for, or a first heuristic
-        elimination), they are solved on a thread of their own while the run goes on: the
-        fastest screened by the time of the relaxation's own best strategy, the smallest by
-        the least memory of the first heuristic run. That thread holds at most an eighth of
-        ``max_memory`` (the run the rest; not after a run stopped at ``max_memory``);
-        ``stats["anchors_beside"]`` names the ends it solved (``stats["anchor_background_seconds"]``:
-        its seconds), the others are solved after the run as above. An end it was refused is
+        elimination), they are solved beside the run while it goes on: the fastest screened
+        by the time of the relaxation's own best strategy, the smallest by the least memory of
+        the first heuristic run. They run in a process of their own at the least CPU priority
+        (its Python does not hold the run's interpreter lock), or on a thread where the graph
+        is small (leaf tables under 384 KiB: starting the process would cost more) or the
+        process would not fit its share (``stats["anchors_beside_in"]``: ``"process"`` or
+        ``"thread"``). It holds at most an eighth of ``max_memory``, the process's interpreter
+        and its copy of the graph included (the run the rest; not after a run stopped at
+        ``max_memory``); ``stats["anchors_beside"]`` names the ends it solved
+        (``stats["anchor_background_seconds"]``: its seconds), the others are solved after the
+        run as above, as are all of them where the process ended early
+        (``stats["anchors_beside_ended"]`` says so). An end it was refused is
         tried again after the run only where the whole ``max_memory`` gives the step refused
-        enough room (on that thread's graph when it is the smaller), and the windows' lower
+        enough room (on the graph it was refused on when that is the smaller), and the windows' lower
         bound of that end is computed there next (``"fastest_bound"``, ``"smallest_bound"`` in
         ``stats["anchors_beside"]`` where the descents used it).
 
@@ -1100,7 +1327,7 @@ def track(
             if ctx.max_bytes - ctx.used_bytes() < budget:
                 return
             ctx.max_bytes -= budget
-        background.append(_BackgroundOptima(cg, budget, threads, _entries(int(max_memory))))
+        background.append(_anchors_beside(cg, budget, threads, _entries(int(max_memory))))
 
     def first_run_done(mem):
         if background:
@@ -1156,6 +1383,9 @@ def track(
             stats["anchors"] = "off"
         if background:
             stats["anchors_beside"] = tuple(sorted(background[0].used))
+            stats["anchors_beside_in"] = "process" if isinstance(background[0], _AnchorsProcess) else "thread"
+            if getattr(background[0], "ended", None):
+                stats["anchors_beside_ended"] = background[0].ended
             stats["anchor_background_seconds"] = background[0].seconds
     finally:
         if background:
