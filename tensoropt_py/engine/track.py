@@ -720,17 +720,18 @@ class _AnchorsProcess:
     """A :class:`_BackgroundOptima` in a process of its own, behind the same methods.
 
     The anchors' jobs run Python between their kernels; on a thread they hold the lock the
-    run needs between its own (the Transformer@16's default ``track``: 8.4 s with them on a
-    thread, 7.0 s without, ``benchmarks/bench_scale.py --cases
+    run needs between its own (the Transformer@16's default ``track``: 8.6 s with them on a
+    thread, 7.3 s without, 8.0 s in a process, ``benchmarks/bench_scale.py --cases
     transformer16_anchors_process``). A child process has a lock of its own and runs at the
     least CPU priority, on what the run leaves idle. It is started by :mod:`subprocess`
     (multiprocessing's spawn would run an unguarded ``__main__`` of the user's again), sent
     the graph as a pickle on its stdin, and asked over pipes (:func:`_serve_anchors`), one
     call at a time. ``budget`` (the share of ``max_memory`` held for it) covers the
     interpreter (``_PROCESS_BASE_BYTES``), the graph's pickle on both sides and the child's
-    copy of the graph; the rest is the child's budget. Raises :class:`_ChildGone` where that rest is under half
-    the share, or where no process starts: the caller keeps the anchors on a thread. A child
-    that cannot be asked any more has solved nothing: the run solves what it needs after it."""
+    copy of the graph; the rest is the child's budget. Raises :class:`_ChildGone` where that
+    rest is under half the share, or where no process starts: the caller keeps the anchors on
+    a thread. What a child that cannot be asked any more has not answered, the run solves
+    after it."""
 
     def __init__(self, cg, budget, threads, entries_after):
         import pickle
