@@ -172,7 +172,11 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   build and track seconds, configurations per operator, points, peak table bytes, peak
   resident memory, and for an end whose exact optimum is out of reach (too wide for
   ``min_sum``) its gap to the relaxation lower bound after descent (``end_gaps``), with the
-  points the descents added and the largest fall of min(time + lam * memory) they gave.
+  points the descents added and the largest fall of min(time + lam * memory) they gave;
+* ``llama_anchors_process``: that model's default ``track`` on the same devices with its anchors
+  beside the run on a thread and in a process of their own (the default), alternated, twice
+  each: seconds, where the anchors ran, their seconds beside the run and after it, and whether
+  the frontiers are the same.
 
 Usage: python benchmarks/bench_scale.py [--cases transformer16_track transformer16_skip transformer16_dominated transformer16_sweep transformer16_covers transformer16_simd transformer16_hub_first transformer16_limits transformer16_terms transformer16_outside
        transformer16_parts transformer16_join_order fastest cli_frontier threads cyclic interval_peak iopddl candidates candidates_full candidates_oracle mesh_loss paper16 build_threads llama mixtral] [--timeout 600] [--threads 1 2] [--thread-devices 8] [--max-memory 4e9]
@@ -1112,10 +1116,35 @@ for preset, devices in {llama_runs}:
         work_capped=st.get("work_capped", 0), work_restricted=st.get("work_restricted", 0), anchors=str(st.get("anchors"))[:80],
         anchor_ties=st.get("anchor_ties"),
         end_gaps=st.get("end_gaps"), descent_points=st.get("descent_points"), descent_gain=st.get("descent_gain"),
-        anchor_s=st.get("anchor_seconds"),
+        anchor_s=st.get("anchor_seconds"), anchors_beside_in=st.get("anchors_beside_in"),
         retries=st.get("memory_limit_retries"), peak_gib=st["peak_table_bytes"] / 2**30,
         rss_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
         fastest=[float(fr.memory[-1]), float(fr.time[-1])], smallest=[float(fr.memory[0]), float(fr.time[0])])
+""",
+    "llama_anchors_process": r"""
+# the llama case's default track with its anchors beside the run on a thread and in a process of
+# their own (the default), alternated, twice each: seconds, where the anchors ran, their seconds
+# beside the run and after it, and whether the frontiers are the same
+import importlib, warnings
+from tensoropt_py.errors import SearchSpaceWarning
+warnings.simplefilter("ignore", SearchSpaceWarning)
+track_mod = importlib.import_module("tensoropt_py.engine.track")
+g = import_llama({llama_layers})
+for preset, devices in {llama_runs}:
+    cg = build_cost_graph(g, to.Cluster.preset(preset), devices).cost_graph
+    runs, fronts = {{}}, {{}}
+    for mode in ("thread", "process") * 2:
+        track_mod._ANCHORS_IN_PROCESS = mode == "process"
+        t0 = time.perf_counter()
+        fr = track(cg, max_memory={max_memory})
+        seconds = time.perf_counter() - t0
+        runs.setdefault(mode, []).append([round(seconds, 2), fr.stats.get("anchors_beside_in"),
+                                          round(fr.stats.get("anchor_background_seconds", 0.0), 2),
+                                          round(fr.stats["anchor_seconds"], 2)])
+        fronts.setdefault(mode, set()).add((fr.memory.tobytes(), fr.time.tobytes()))
+    track_mod._ANCHORS_IN_PROCESS = True
+    out(case="llama_anchors_process", devices=devices, seconds_where_beside_after=runs, points=len(fr),
+        same_frontier=fronts["thread"] == fronts["process"] and len(fronts["thread"]) == 1)
 """,
     "paper16": r"""
 paper_seconds = {{"wide_resnet": 1292.0, "rnn": 0.28, "transformer": 201.0}}  # TensorOpt Table 3, FT-LDP, 48 cores
