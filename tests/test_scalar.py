@@ -321,12 +321,13 @@ def test_the_anchors_process_runs_at_the_least_priority_and_ends_with_close():
     assert beside.used == ["fastest"] and beside.seconds > 0  # as last reported
 
 
-@pytest.mark.parametrize("child", ["answers", "ends at once"])
+@pytest.mark.parametrize("child", ["answers", "ends at once", "never answers"])
 @pytest.mark.parametrize("seed", range(4))
-def test_a_frontier_is_the_same_whether_its_anchors_run_in_a_process_or_not(seed, child, monkeypatch):
+def test_a_frontier_is_the_same_whether_its_anchors_run_in_a_process_or_not(seed, child, monkeypatch, tmp_path):
     # the anchors beside the run in a process (here for any size of graph), against on the
-    # run's thread; a child that ends before answering has solved nothing: the run solves its
-    # anchors after it, and the frontier is the same again
+    # run's thread; a child that ends before answering, or never answers (a `sys.executable`
+    # that is not Python), has solved nothing: the run solves its anchors after it, and the
+    # frontier is the same again
     import importlib
     import shutil
 
@@ -341,6 +342,14 @@ def test_a_frontier_is_the_same_whether_its_anchors_run_in_a_process_or_not(seed
         if shutil.which("true") is None:
             pytest.skip("no `true` program to stand for a child that ends")
         monkeypatch.setattr(sys, "executable", shutil.which("true"))
+    elif child == "never answers":
+        if shutil.which("sleep") is None or sys.platform.startswith("win"):
+            pytest.skip("no `sleep` program to stand for a child that never answers")
+        program = tmp_path / "not-python"
+        program.write_text("#!/bin/sh\nexec sleep 600\n")
+        program.chmod(0o755)
+        monkeypatch.setattr(sys, "executable", str(program))
+        monkeypatch.setattr(track_mod, "_PROCESS_GREETING_SECONDS", 0.5)
     in_process = track(cg, **kwargs)
     np.testing.assert_array_equal(in_process.memory, on_thread.memory)
     np.testing.assert_array_equal(in_process.time, on_thread.time)
@@ -352,6 +361,8 @@ def test_a_frontier_is_the_same_whether_its_anchors_run_in_a_process_or_not(seed
     else:
         assert in_process.stats["anchors_beside"] == ()
         assert "ended early" in in_process.stats["anchors_beside_ended"]
+        why = "did not greet" if child == "never answers" else "its interpreter did not start"
+        assert why in in_process.stats["anchors_beside_ended"]
 
 
 def test_the_anchors_stay_on_a_thread_where_a_process_would_not_fit_their_share(monkeypatch):

@@ -645,6 +645,11 @@ _ANCHORS_IN_PROCESS = True  # False: the anchors solved beside a run stay on a t
 _PROCESS_BASE_BYTES = 128 << 20
 """What an anchors' process holds before its budget: an interpreter with NumPy and the engine
 imported (about 40 MiB measured), with room."""
+_PROCESS_GREETING = b"tensoropt-anchors\n"
+"""What an anchors' process writes first, as its interpreter starts: a program that is not the
+Python it should be (an embedding application's ``sys.executable``) never writes it."""
+_PROCESS_GREETING_SECONDS = 30.0
+"""How long the first call waits for the greeting, once the run needs an answer."""
 _PROCESS_MIN_LEAF_BYTES = 384 << 10
 """Graphs whose leaf tables (:func:`leaf_bytes`) are smaller keep their anchors on a thread:
 starting an interpreter (about 0.4 s) costs them more than the lock the thread takes. On
@@ -726,7 +731,8 @@ class _AnchorsProcess:
     least CPU priority, on what the run leaves idle. It is started by :mod:`subprocess`
     (multiprocessing's spawn would run an unguarded ``__main__`` of the user's again), sent
     the graph as a pickle on its stdin, and asked over pipes (:func:`_serve_anchors`), one
-    call at a time. ``budget`` (the share of ``max_memory`` held for it) covers the
+    call at a time; a child that has not written ``_PROCESS_GREETING`` within
+    ``_PROCESS_GREETING_SECONDS`` of the first call is ended. ``budget`` (the share of ``max_memory`` held for it) covers the
     interpreter (``_PROCESS_BASE_BYTES``), the graph's pickle on both sides and the child's
     copy of the graph; the rest is the child's budget. Raises :class:`_ChildGone` where that
     rest is under half the share, or where no process starts: the caller keeps the anchors on
@@ -744,7 +750,8 @@ class _AnchorsProcess:
         if own < self.budget // 2 or not sys.executable:
             raise _ChildGone(f"{own} bytes would be left of {self.budget}")
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        code = (f"import importlib, sys; sys.path.insert(0, {root!r}); "
+        code = (f"import sys; sys.stdout.buffer.write({_PROCESS_GREETING!r}); sys.stdout.buffer.flush(); "
+                f"sys.path.insert(0, {root!r}); import importlib; "
                 "importlib.import_module('tensoropt_py.engine.track')._serve_anchors()")
         try:
             self._child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
@@ -761,6 +768,16 @@ class _AnchorsProcess:
         for message in (graph, (own, threads, entries_after)):
             self._outbox.put(message)
         threading.Thread(target=self._write, name="tensoropt-anchors-pipe", daemon=True).start()
+        self._greeted, self._greeting_read = False, threading.Event()
+        threading.Thread(target=self._greet, name="tensoropt-anchors-greeting", daemon=True).start()
+
+    def _greet(self):
+        try:
+            self._greeted = self._child.stdout.read(len(_PROCESS_GREETING)) == _PROCESS_GREETING
+        except (OSError, ValueError):  # closed
+            pass
+        finally:
+            self._greeting_read.set()
 
     def _write(self):
         try:
@@ -781,6 +798,12 @@ class _AnchorsProcess:
                 raise _ChildGone("ended before")
             self._outbox.put((True, name, None if attribute else args))
             try:
+                if not self._greeting_read.wait(_PROCESS_GREETING_SECONDS):
+                    self._child.kill()  # not the Python it should be, or not started in time
+                    raise _ChildGone(f"it did not greet within {_PROCESS_GREETING_SECONDS:g} s")
+                if not self._greeted:  # it ended, or wrote something else
+                    self._child.kill()
+                    raise _ChildGone("its interpreter did not start")
                 ok, value, self._seconds, self._used = _receive(self._child.stdout)
             except (_ChildGone, OSError, EOFError) as exc:
                 if not self._gone:
