@@ -302,6 +302,8 @@ def test_the_anchors_thread_yields_to_the_run_and_only_it():
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the child's priority in /proc")
 def test_the_anchors_process_runs_at_the_least_priority_and_ends_with_close():
     import importlib
+    import os
+    import signal
 
     track_mod = importlib.import_module("tensoropt_py.engine.track")
     beside = track_mod._AnchorsProcess(random_chain(4, 3, seed=0), 1 << 30, threads=2,
@@ -314,6 +316,8 @@ def test_the_anchors_process_runs_at_the_least_priority_and_ends_with_close():
         with pytest.raises(AttributeError, match="no_such_job"):  # the child's errors reach the caller
             beside._ask("no_such_job")
         assert beside.optimum(0.0) is not None
+        os.kill(beside._child.pid, signal.SIGSTOP)  # starved from here on: a call gets no answer
+        assert beside.optimum(0.0) is None and "no answer: starved" in beside.ended
     finally:
         beside.close()
     assert beside._child.returncode is not None  # ended, and reaped
@@ -321,13 +325,13 @@ def test_the_anchors_process_runs_at_the_least_priority_and_ends_with_close():
     assert beside.used == ["fastest"] and beside.seconds > 0  # as last reported
 
 
-@pytest.mark.parametrize("child", ["answers", "ends at once", "never answers"])
+@pytest.mark.parametrize("child", ["answers", "ends at once", "never answers", "stopped"])
 @pytest.mark.parametrize("seed", range(4))
 def test_a_frontier_is_the_same_whether_its_anchors_run_in_a_process_or_not(seed, child, monkeypatch, tmp_path):
     # the anchors beside the run in a process (here for any size of graph), against on the
-    # run's thread; a child that ends before answering, or never answers (a `sys.executable`
-    # that is not Python), has solved nothing: the run solves its anchors after it, and the
-    # frontier is the same again
+    # run's thread; a child that ends before answering, never answers (a `sys.executable`
+    # that is not Python) or is starved (here stopped) has solved nothing: the run solves its
+    # anchors after it, and the frontier is the same again
     import importlib
     import shutil
 
@@ -350,6 +354,20 @@ def test_a_frontier_is_the_same_whether_its_anchors_run_in_a_process_or_not(seed
         program.chmod(0o755)
         monkeypatch.setattr(sys, "executable", str(program))
         monkeypatch.setattr(track_mod, "_PROCESS_GREETING_SECONDS", 0.5)
+        monkeypatch.setattr(track_mod, "_PROCESS_STARVED_SHARE", -1.0)  # never starved: the deadline ends it
+    elif child == "stopped":
+        if not sys.platform.startswith("linux"):
+            pytest.skip("starvation is read from /proc")
+        import os
+        import signal
+
+        start = track_mod._AnchorsProcess.__init__
+
+        def start_and_stop(self, *args):
+            start(self, *args)
+            os.kill(self._child.pid, signal.SIGSTOP)  # gets no CPU from here on
+
+        monkeypatch.setattr(track_mod._AnchorsProcess, "__init__", start_and_stop)
     in_process = track(cg, **kwargs)
     np.testing.assert_array_equal(in_process.memory, on_thread.memory)
     np.testing.assert_array_equal(in_process.time, on_thread.time)
@@ -361,7 +379,8 @@ def test_a_frontier_is_the_same_whether_its_anchors_run_in_a_process_or_not(seed
     else:
         assert in_process.stats["anchors_beside"] == ()
         assert "ended early" in in_process.stats["anchors_beside_ended"]
-        why = "did not greet" if child == "never answers" else "its interpreter did not start"
+        why = {"ends at once": "its interpreter did not start", "never answers": "no greeting within 0.5 s",
+               "stopped": "no greeting: starved"}[child]
         assert why in in_process.stats["anchors_beside_ended"]
 
 

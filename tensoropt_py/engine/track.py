@@ -649,6 +649,12 @@ _PROCESS_GREETING = b"tensoropt-anchors\n"
 Python it should be (an embedding application's ``sys.executable``) never writes it."""
 _PROCESS_GREETING_SECONDS = 30.0
 """How long the first call waits for the greeting, once the run needs an answer."""
+_PROCESS_STARVED_SHARE = 0.25
+"""While a call waits for its answer, a child that gets less than this share of a core over a
+check (``_PROCESS_CHECK_SECONDS``; Linux, from ``/proc``) is ended, and the run solves the
+anchors itself: at the least priority, other programs' work can starve it once the run has
+ended, where the run's own solve would take its turn with them."""
+_PROCESS_CHECK_SECONDS = 0.5
 _PROCESS_MIN_LEAF_BYTES = 384 << 10
 """Graphs whose leaf tables (:func:`leaf_bytes`) are smaller keep their anchors on a thread:
 starting an interpreter (about 0.4 s) costs them more than the lock the thread takes. On
@@ -662,27 +668,45 @@ class _ChildGone(Exception):
 
 
 def _send(stream, obj):
-    """Write ``obj`` to a binary ``stream`` as a pickle with its length first."""
+    """Write ``obj`` to a binary ``stream`` (buffered or raw) as a pickle with its length first."""
     import pickle
 
     data = obj if isinstance(obj, bytes) else pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(len(data).to_bytes(8, "little"))
-    stream.write(data)
+    for part in (len(data).to_bytes(8, "little"), data):
+        view = memoryview(part)
+        while view:  # a raw pipe may take part of it
+            view = view[stream.write(view):]
     stream.flush()
+
+
+def _read_exactly(stream, size):
+    """``size`` bytes of a binary ``stream`` (buffered or raw); raises :class:`_ChildGone` at its end."""
+    parts, left = [], size
+    while left:
+        part = stream.read(left)
+        if not part:
+            raise _ChildGone("the pipe ended")
+        parts.append(part)
+        left -= len(part)
+    return b"".join(parts)
 
 
 def _receive(stream):
     """The next object :func:`_send` wrote to ``stream``; raises :class:`_ChildGone` at its end."""
     import pickle
 
-    head = stream.read(8)
-    if len(head) < 8:
-        raise _ChildGone("the pipe ended")
-    size = int.from_bytes(head, "little")
-    data = stream.read(size)
-    if len(data) < size:
-        raise _ChildGone("the pipe ended")
-    return pickle.loads(data)
+    return pickle.loads(_read_exactly(stream, int.from_bytes(_read_exactly(stream, 8), "little")))
+
+
+def _cpu_seconds(pid):
+    """CPU seconds the process ``pid`` has used, its threads together (None where ``/proc`` does
+    not say: not Linux, or ended)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
 
 
 def _serve_anchors():
@@ -733,7 +757,8 @@ class _AnchorsProcess:
     (multiprocessing's spawn would run an unguarded ``__main__`` of the user's again), sent
     the graph as a pickle on its stdin, and asked over pipes (:func:`_serve_anchors`), one
     call at a time; a child that has not written ``_PROCESS_GREETING`` within
-    ``_PROCESS_GREETING_SECONDS`` of the first call is ended. ``budget`` (the share of
+    ``_PROCESS_GREETING_SECONDS`` of the first call is ended, as is one starved while a call
+    waits for its answer (``_PROCESS_STARVED_SHARE``). ``budget`` (the share of
     ``max_memory`` held for it) covers the interpreter (``_PROCESS_BASE_BYTES``), the graph's
     pickle on both sides and the child's copy of the graph; the rest is the child's budget.
     Raises :class:`_ChildGone` where that rest is under half the share, or where no process
@@ -755,8 +780,9 @@ class _AnchorsProcess:
                 f"sys.path.insert(0, {root!r}); import importlib; "
                 "importlib.import_module('tensoropt_py.engine.track')._serve_anchors()")
         try:
+            # unbuffered: waiting for an answer watches the pipe itself (no bytes held in a buffer)
             self._child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
-                                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+                                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0)
         except OSError as exc:
             raise _ChildGone(str(exc)) from exc
         self._seconds, self._used = 0.0, ()
@@ -769,16 +795,31 @@ class _AnchorsProcess:
         for message in (graph, (own, threads, entries_after)):
             self._outbox.put(message)
         threading.Thread(target=self._write, name="tensoropt-anchors-pipe", daemon=True).start()
-        self._greeted, self._greeting_read = False, threading.Event()
-        threading.Thread(target=self._greet, name="tensoropt-anchors-greeting", daemon=True).start()
+        self._greeted = False
 
-    def _greet(self):
-        try:
-            self._greeted = self._child.stdout.read(len(_PROCESS_GREETING)) == _PROCESS_GREETING
-        except (OSError, ValueError):  # closed
-            pass
-        finally:
-            self._greeting_read.set()
+    def _wait_for(self, what, deadline=None):
+        """Return once the child has written something (``what``: its greeting or an answer);
+        raises :class:`_ChildGone` (having ended the child) where it is starved
+        (``_PROCESS_STARVED_SHARE``) or ``deadline`` (``time.monotonic``) passes first. Where
+        the pipe cannot be watched (not POSIX), it returns at once, and the read waits."""
+        import select
+
+        if os.name != "posix":
+            return
+        pipe = self._child.stdout
+        while True:
+            used = _cpu_seconds(self._child.pid)
+            if select.select([pipe], [], [], _PROCESS_CHECK_SECONDS)[0]:
+                return
+            now = _cpu_seconds(self._child.pid)
+            if used is not None and now is not None and now - used < _PROCESS_STARVED_SHARE * _PROCESS_CHECK_SECONDS:
+                why = f"no {what}: starved, {now - used:.2f} s of CPU in {_PROCESS_CHECK_SECONDS:g} s"
+            elif deadline is not None and _time.monotonic() > deadline:
+                why = f"no {what} within {_PROCESS_GREETING_SECONDS:g} s"
+            else:
+                continue
+            self._child.kill()
+            raise _ChildGone(why)
 
     def _write(self):
         try:
@@ -799,12 +840,17 @@ class _AnchorsProcess:
                 raise _ChildGone("ended before")
             self._outbox.put((True, name, None if attribute else args))
             try:
-                if not self._greeting_read.wait(_PROCESS_GREETING_SECONDS):
-                    self._child.kill()  # not the Python it should be, or not started in time
-                    raise _ChildGone(f"it did not greet within {_PROCESS_GREETING_SECONDS:g} s")
-                if not self._greeted:  # it ended, or wrote something else
-                    self._child.kill()
-                    raise _ChildGone("its interpreter did not start")
+                if not self._greeted:  # a program that is not the Python it should be never greets
+                    self._wait_for("greeting", _time.monotonic() + _PROCESS_GREETING_SECONDS)
+                    try:
+                        greeting = _read_exactly(self._child.stdout, len(_PROCESS_GREETING))
+                    except _ChildGone:  # it ended
+                        greeting = b""
+                    if greeting != _PROCESS_GREETING:
+                        self._child.kill()
+                        raise _ChildGone("its interpreter did not start")
+                    self._greeted = True
+                self._wait_for("answer")
                 ok, value, self._seconds, self._used = _receive(self._child.stdout)
             except (_ChildGone, OSError, EOFError) as exc:
                 if not self._gone:
@@ -1229,12 +1275,13 @@ def track(
         and its copy of the graph included (the run the rest; not after a run stopped at
         ``max_memory``); ``stats["anchors_beside"]`` names the ends it solved
         (``stats["anchor_background_seconds"]``: its seconds), the others are solved after the
-        run as above, as are all of them where the process ended early
-        (``stats["anchors_beside_ended"]`` says so). An end it was refused is
-        tried again after the run only where the whole ``max_memory`` gives the step refused
-        enough room (on the graph it was refused on when that is the smaller), and the windows' lower
-        bound of that end is computed there next (``"fastest_bound"``, ``"smallest_bound"`` in
-        ``stats["anchors_beside"]`` where the descents used it).
+        run as above, as are all of them where the process ended early or, starved by other
+        programs, got too little CPU to answer (``stats["anchors_beside_ended"]`` says why). An
+        end it was refused is tried again after the run only where the whole ``max_memory``
+        gives the step refused enough room (on the graph it was refused on when that is the
+        smaller), and the windows' lower bound of that end is computed there next
+        (``"fastest_bound"``, ``"smallest_bound"`` in ``stats["anchors_beside"]`` where the
+        descents used it).
 
     max_memory : int or None
         Bytes the frontier tables may hold (None: 60% of the memory available at the
@@ -1339,10 +1386,10 @@ def track(
     first = "min_memory" if heuristic in ("auto", "min_memory") else "weighted"
     retries = []
     exact_attempt = None
-    background = []  # the _BackgroundOptima, once started
+    background = []  # the anchors beside the run (_anchors_beside), once started
 
     def solve_anchors_beside(ctx=None):
-        """Start solving the anchors on a thread of their own (the run is known to need them);
+        """Start solving the anchors beside the run (the run is known to need them);
         ``ctx``: the run under way, which then gives up the share they hold where it can. Not
         once a run has stopped at ``max_memory``: the runs then need all of it."""
         if background or retries or threads < 2 or anchors is False or not _BACKGROUND_ANCHORS:
