@@ -879,35 +879,30 @@ class _AnchorsProcess:
         if not self._gone:
             self._outbox.put((False, "smallest_below", (np.asarray(mem, dtype=np.float64),)))
 
+    def _answer(self, name, *args, gone=None):
+        """The child's ``name(*args)``, or ``gone`` (what it has not solved) where it cannot be asked."""
+        try:
+            return self._ask(name, *args)
+        except _ChildGone:
+            return gone
+
     def bounds(self):
         """As :meth:`_BackgroundOptima.bounds`; the same object on every call."""
         if self._bounds is self._unasked:
-            try:
-                self._bounds = self._ask("bounds")
-            except _ChildGone:
-                self._bounds = None
+            self._bounds = self._answer("bounds")
         return self._bounds
 
     def optimum(self, lam):
         """As :meth:`_BackgroundOptima.optimum`."""
-        try:
-            return self._ask("optimum", lam)
-        except _ChildGone:
-            return None
+        return self._answer("optimum", lam)
 
     def refusal(self, lam):
         """As :meth:`_BackgroundOptima.refusal`."""
-        try:
-            return self._ask("refusal", lam)
-        except _ChildGone:
-            return None
+        return self._answer("refusal", lam)
 
     def window_bound(self, lam):
         """As :meth:`_BackgroundOptima.window_bound`."""
-        try:
-            return self._ask("window_bound", lam)
-        except _ChildGone:
-            return False, None
+        return self._answer("window_bound", lam, gone=(False, None))
 
     def close(self, wait=False):
         """End the child at once, whatever it was solving (``wait`` is for the thread's
