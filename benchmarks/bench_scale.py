@@ -65,6 +65,17 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   (the default), four each, alternated: seconds, their medians, the anchors' seconds beside the
   run, the ends they solved and the seconds of anchors left after the run, and whether the
   frontiers of the two ways are the same;
+* ``anchors_small``: the default ``track`` of the Transformer, BERT-large, GPT-2 and VGG-16 on 2
+  and 4 devices with the anchors where the default puts them (in a process of their own from
+  ``_PROCESS_MIN_LEAF_BYTES`` of leaf tables, else after the run), in a process, on a thread,
+  after the run, and without anchors, alternated, three rounds (``--track-threads``): leaf bytes,
+  where the default put them, and median seconds;
+* ``anchors_starved``: the default ``track`` of the Transformer on 4 devices while as many
+  CPU-bound programs as there are cores run beside it, with its anchors where the default puts
+  them (a process of their own), on a thread given up where starved, on a thread waited for
+  however long it takes, after the run, and without anchors, twice each, alternated
+  (``--track-threads``): seconds, why the anchors beside the run were given up, and whether the
+  frontiers with anchors are the same;
 * ``transformer16_tie_solve``: the same with the fastest anchor's tie of least time solved by
   the weighted solve on a thread at the least CPU priority, and left unsolved on a thread at
   normal priority, four each, alternated (``--track-threads``): seconds, the anchors'
@@ -179,7 +190,7 @@ Cases (each in a fresh subprocess with a time limit, so the script always finish
   the frontiers are the same.
 
 Usage: python benchmarks/bench_scale.py [--cases transformer16_track transformer16_skip transformer16_dominated transformer16_sweep transformer16_covers transformer16_simd transformer16_hub_first transformer16_limits transformer16_terms transformer16_outside
-       transformer16_parts transformer16_join_order fastest cli_frontier threads cyclic interval_peak iopddl candidates candidates_full candidates_oracle mesh_loss paper16 build_threads llama mixtral] [--timeout 600] [--threads 1 2] [--thread-devices 8] [--max-memory 4e9]
+       transformer16_parts transformer16_join_order anchors_small anchors_starved fastest cli_frontier threads cyclic interval_peak iopddl candidates candidates_full candidates_oracle mesh_loss paper16 build_threads llama mixtral] [--timeout 600] [--threads 1 2] [--thread-devices 8] [--max-memory 4e9]
        [--candidate-graphs 1x16] [--paper-models wide_resnet rnn] [--paper-uncapped] [--llama-devices 32 64]
        [--llama-layers 32] [--llama-loss]
 """
@@ -638,6 +649,63 @@ track_mod._ANCHORS_IN_PROCESS = True
 out(case="transformer16_anchors_process", threads={threads}, seconds=runs,
     median={{k: float(np.median(v)) for k, v in runs.items()}},
     beside_seconds_used_after=beside, same_frontier=fronts["thread"] == fronts["process"] and len(fronts["thread"]) == 1)
+""",
+    "anchors_small": r"""
+# where the anchors beside the run gain on graphs of a few devices: the default track of zoo models on
+# 2 and 4 devices of v100-2x8, with the anchors as the default places them (in a process of their own
+# from _PROCESS_MIN_LEAF_BYTES of leaf tables, else after the run), in a process, on a thread, after
+# the run, and without anchors, alternated, three rounds: leaf bytes, where the default put them, and
+# the median seconds of each
+import importlib
+track_mod = importlib.import_module("tensoropt_py.engine.track")
+least = track_mod._PROCESS_MIN_LEAF_BYTES
+for name in ("transformer", "bert_large", "gpt2", "vgg16"):
+    for devices in (2, 4):
+        cg = build_cost_graph(getattr(zoo, name)(), to.Cluster.preset("v100-2x8"), devices).cost_graph
+        runs, placed = {{}}, set()
+        for mode in ("default", "process", "thread", "after", "none") * 3:
+            track_mod._ANCHORS_IN_PROCESS = mode != "thread"
+            track_mod._PROCESS_MIN_LEAF_BYTES = 0 if mode == "process" else least
+            track_mod._BACKGROUND_ANCHORS = mode != "after"
+            t0 = time.perf_counter()
+            fr = track(cg, threads={threads}, anchors=mode != "none")
+            runs.setdefault(mode, []).append(time.perf_counter() - t0)
+            if mode == "default":
+                placed.add(fr.stats.get("anchors_beside_in", "after"))
+        track_mod._ANCHORS_IN_PROCESS, track_mod._PROCESS_MIN_LEAF_BYTES, track_mod._BACKGROUND_ANCHORS = True, least, True
+        out(case="anchors_small", model=name, devices=devices, leaf_bytes=track_mod.leaf_bytes(cg), default_in=sorted(placed),
+            median={{k: round(float(np.median(v)), 3) for k, v in runs.items()}})
+""",
+    "anchors_starved": r"""
+# the default track of the Transformer on 4 devices of v100-2x8 while as many CPU-bound programs as
+# there are cores run beside it: with its anchors where the default puts them (a process of their
+# own, ended where starved once the run has ended), on a thread (given up where starved), on a
+# thread waited for however long it takes, after the run, and without anchors, alternated, twice
+# each: seconds, why the anchors beside the run were given up, and whether the frontiers with
+# anchors are the same
+import importlib, subprocess
+track_mod = importlib.import_module("tensoropt_py.engine.track")
+cg = build_cost_graph(zoo.transformer(), to.Cluster.preset("v100-2x8"), 4).cost_graph
+share = track_mod._ANCHORS_STARVED_SHARE
+hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count())]
+runs, ended, fronts = {{}}, {{}}, {{}}
+try:
+    for mode in ("default", "thread", "thread_waited_for", "after", "none") * 2:
+        track_mod._ANCHORS_IN_PROCESS = not mode.startswith("thread")
+        track_mod._ANCHORS_STARVED_SHARE = -1.0 if mode == "thread_waited_for" else share
+        track_mod._BACKGROUND_ANCHORS = mode != "after"
+        t0 = time.perf_counter()
+        fr = track(cg, threads={threads}, anchors=mode != "none")
+        runs.setdefault(mode, []).append(round(time.perf_counter() - t0, 2))
+        if mode != "none":
+            ended.setdefault(mode, []).append(fr.stats.get("anchors_beside_ended"))
+            fronts.setdefault(mode, set()).add((fr.memory.tobytes(), fr.time.tobytes()))
+finally:
+    for hog in hogs:
+        hog.kill()
+track_mod._ANCHORS_IN_PROCESS, track_mod._ANCHORS_STARVED_SHARE, track_mod._BACKGROUND_ANCHORS = True, share, True
+out(case="anchors_starved", threads={threads}, busy_programs=len(hogs), seconds=runs, ended=ended,
+    same_frontier=len(set.union(*fronts.values())) == 1)
 """,
     "transformer16_tie_solve": r"""
 # the default track with the fastest anchor's weighted tie solve on a thread at the least CPU

@@ -177,23 +177,31 @@ def test_default_track_contains_both_ends(seed):
         track(cg, anchors="yes")
 
 
+@pytest.mark.parametrize("beside_in", ["thread", "process", "default"])
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("epsilon", [0.05, 0.0])
-def test_anchors_solved_beside_the_run_are_the_exact_ends(seed, epsilon, monkeypatch):
-    # with two threads the anchors are solved on a thread of their own while the run goes on
-    # (epsilon > 0: from the start; epsilon 0: from the first heuristic elimination), the
-    # smallest once the first heuristic run has its least memory: the same ends, exact
+def test_anchors_solved_beside_the_run_are_the_exact_ends(seed, epsilon, beside_in, monkeypatch):
+    # with two threads the anchors are solved beside the run while it goes on (epsilon > 0:
+    # from the start; epsilon 0: from the first heuristic elimination), the smallest once the
+    # first heuristic run has its least memory: the same ends, exact. By default a graph this
+    # small solves them after the run (an interpreter would take longer to start)
     import importlib
 
     track_mod = importlib.import_module("tensoropt_py.engine.track")
+    monkeypatch.setattr(track_mod, "_ANCHORS_IN_PROCESS", beside_in != "thread")
+    if beside_in == "process":
+        monkeypatch.setattr(track_mod, "_PROCESS_MIN_LEAF_BYTES", 0)
     cg = random_layered_dag(6, 3, 4, layouts=2, options=2, skip_prob=0.5, seed=seed)
     fast, small = min_sum(cg, 0.0), min_sum(cg, np.inf)
     fr = track(cg, max_merged_configs=4, epsilon=epsilon, threads=2)
-    if fr.n_heuristic == 0 and fr.epsilon == 0:
+    if beside_in == "default" or (fr.n_heuristic == 0 and fr.epsilon == 0):
         assert "anchors_beside" not in fr.stats
+    else:
+        assert fr.stats["anchors_beside_in"] == beside_in
+        assert fr.stats["anchors_beside"] == (("fastest", "smallest") if fr.stats.get("heuristic_runs") == 2 else ("fastest",))
+        assert fr.stats["anchor_background_seconds"] > 0
+    if fr.n_heuristic == 0 and fr.epsilon == 0:
         return
-    assert fr.stats["anchors_beside"] == (("fastest", "smallest") if fr.stats.get("heuristic_runs") == 2 else ("fastest",))
-    assert fr.stats["anchor_background_seconds"] > 0
     assert fr.time.min() == pytest.approx(fast.time, rel=1e-12)
     assert fr.memory.min() == pytest.approx(small.memory, rel=1e-12)
     assert fr.time[np.argmin(fr.memory)] == pytest.approx(small.time, rel=1e-12)
@@ -354,7 +362,7 @@ def test_a_frontier_is_the_same_whether_its_anchors_run_in_a_process_or_not(seed
         program.chmod(0o755)
         monkeypatch.setattr(sys, "executable", str(program))
         monkeypatch.setattr(track_mod, "_PROCESS_GREETING_SECONDS", 0.5)
-        monkeypatch.setattr(track_mod, "_PROCESS_STARVED_SHARE", -1.0)  # never starved: the deadline ends it
+        monkeypatch.setattr(track_mod, "_ANCHORS_STARVED_SHARE", -1.0)  # never starved: the deadline ends it
     elif child == "stopped":
         if not sys.platform.startswith("linux"):
             pytest.skip("starvation is read from /proc")
@@ -384,20 +392,114 @@ def test_a_frontier_is_the_same_whether_its_anchors_run_in_a_process_or_not(seed
         assert why in in_process.stats["anchors_beside_ended"]
 
 
-def test_the_anchors_stay_on_a_thread_where_a_process_would_not_fit_their_share(monkeypatch):
+def _asleep(job, woken):
+    """The anchors' ``job`` once ``woken`` is set: it takes no CPU until then (at most 30 s, so
+    that a test whose starvation check fails fails instead of hanging)."""
+
+    def asleep(self):
+        woken.wait(30)
+        return job(self)
+
+    return asleep
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="starvation is read from /proc")
+def test_a_starved_anchors_thread_is_given_up_and_its_share_counted_held(monkeypatch):
+    # a job that gets no CPU (here waiting for an event) is waited for in checks and given up:
+    # the calls answer what a thread that solved nothing answers, without waiting for the job
+    # again, and its share is counted held
+    import importlib
+    import threading
+
+    track_mod = importlib.import_module("tensoropt_py.engine.track")
+    monkeypatch.setattr(track_mod, "_ANCHORS_CHECK_SECONDS", 0.1)
+    woken = threading.Event()
+    monkeypatch.setattr(track_mod._BackgroundOptima, "_relaxation",
+                        _asleep(track_mod._BackgroundOptima._relaxation, woken))
+    beside = track_mod._BackgroundOptima(random_chain(4, 3, seed=0), 1 << 20, threads=2,
+                                         entries_after=track_mod._entries(1 << 30))
+    try:
+        assert beside.held_bytes == 0
+        assert beside.bounds() is None and "no answer: starved" in beside.ended
+        assert beside.held_bytes == 1 << 20
+        assert beside.optimum(0.0) is None and beside.refusal(0.0) is None
+        assert beside.window_bound(0.0) == (False, None)
+        assert not beside._bounds.done()  # still asleep: none of them waited for it
+    finally:
+        woken.set()
+        beside.close(wait=True)
+    assert beside.used == []
+    # unwatched (in an anchors' process, whose parent watches it), the same job is waited for
+    beside = track_mod._BackgroundOptima(random_chain(4, 3, seed=0), 1 << 20, threads=2,
+                                         entries_after=track_mod._entries(1 << 30), watch=False)
+    try:
+        assert beside.bounds() is not None and beside.ended is None
+    finally:
+        beside.close(wait=True)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="starvation is read from /proc")
+@pytest.mark.parametrize("seed", range(4))
+def test_a_frontier_is_the_same_where_its_anchors_thread_is_starved(seed, monkeypatch):
+    # the anchors' thread asleep (no CPU) once its bounds are solved: the run gives it up and
+    # solves the fastest and smallest itself, within max_memory less the share the thread
+    # may still hold, and the frontier is the one its answers give
+    import importlib
+    import threading
+
+    track_mod = importlib.import_module("tensoropt_py.engine.track")
+    monkeypatch.setattr(track_mod, "_ANCHORS_IN_PROCESS", False)
+    cg = random_layered_dag(6, 3, 4, layouts=2, options=2, skip_prob=0.5, seed=seed)
+    kwargs = dict(max_merged_configs=2, epsilon=0.05, threads=2)
+    answered = track(cg, **kwargs)
+    assert "anchors_beside_ended" not in answered.stats and answered.stats["anchors_beside"] != ()
+    monkeypatch.setattr(track_mod, "_ANCHORS_CHECK_SECONDS", 0.1)
+    woken = threading.Event()
+    monkeypatch.setattr(track_mod._BackgroundOptima, "_fastest", _asleep(track_mod._BackgroundOptima._fastest, woken))
+    entries = []
+    screened = track_mod._screened_optimum
+
+    def recorded(cg, rb, lam, limit, n_entries, *args):
+        entries.append(n_entries)
+        return screened(cg, rb, lam, limit, n_entries, *args)
+
+    monkeypatch.setattr(track_mod, "_screened_optimum", recorded)
+    max_memory = 1 << 28
+    try:
+        starved = track(cg, max_memory=max_memory, **kwargs)
+    finally:
+        woken.set()
+    np.testing.assert_array_equal(starved.memory, answered.memory)
+    np.testing.assert_array_equal(starved.time, answered.time)
+    assert starved.stats.get("end_gaps") == answered.stats.get("end_gaps")
+    assert starved.stats["anchors_beside"] == ()
+    assert "no answer: starved" in starved.stats["anchors_beside_ended"]
+    # the run's solves leave out the share the thread may still hold (the thread's own, 1 << 25
+    # bytes, are within it)
+    room = track_mod._entries(max_memory - max_memory // track_mod._BACKGROUND_SHARE)
+    assert room in entries and max(entries) == room
+
+
+def test_the_anchors_are_left_to_after_the_run_where_a_process_would_not_fit_their_share(monkeypatch):
+    # a share too small for an interpreter, or a graph too small to gain from one: none beside
+    # the run (not on a thread, which the run would share its lock with); on a thread only
+    # where _ANCHORS_IN_PROCESS says so
     import importlib
 
     track_mod = importlib.import_module("tensoropt_py.engine.track")
     cg = random_chain(4, 3, seed=0)
     monkeypatch.setattr(track_mod, "_PROCESS_MIN_LEAF_BYTES", 0)
-    for budget, solver in ((64 << 20, track_mod._BackgroundOptima), (1 << 30, track_mod._AnchorsProcess)):
-        beside = track_mod._anchors_beside(cg, budget, 2, track_mod._entries(1 << 30))
-        beside.close()
-        assert type(beside) is solver
-    monkeypatch.setattr(track_mod, "_PROCESS_MIN_LEAF_BYTES", track_mod.leaf_bytes(cg) + 1)  # too small a graph
+    assert track_mod._anchors_beside(cg, 64 << 20, 2, track_mod._entries(1 << 30)) is None
     beside = track_mod._anchors_beside(cg, 1 << 30, 2, track_mod._entries(1 << 30))
     beside.close()
-    assert type(beside) is track_mod._BackgroundOptima
+    assert type(beside) is track_mod._AnchorsProcess
+    monkeypatch.setattr(track_mod, "_PROCESS_MIN_LEAF_BYTES", track_mod.leaf_bytes(cg) + 1)  # too small a graph
+    assert track_mod._anchors_beside(cg, 1 << 30, 2, track_mod._entries(1 << 30)) is None
+    monkeypatch.setattr(track_mod, "_ANCHORS_IN_PROCESS", False)
+    for budget in (64 << 20, 1 << 30):
+        beside = track_mod._anchors_beside(cg, budget, 2, track_mod._entries(1 << 30))
+        beside.close()
+        assert type(beside) is track_mod._BackgroundOptima
 
 
 def test_anchors_beside_the_run_left_to_the_end_where_their_share_is_too_small(monkeypatch):
@@ -406,6 +508,7 @@ def test_anchors_beside_the_run_left_to_the_end_where_their_share_is_too_small(m
     import importlib
 
     track_mod = importlib.import_module("tensoropt_py.engine.track")
+    monkeypatch.setattr(track_mod, "_ANCHORS_IN_PROCESS", False)  # a process would not start in that share
     monkeypatch.setattr(track_mod, "_BACKGROUND_SHARE", 1 << 40)
     cg = random_layered_dag(6, 3, 4, layouts=2, options=2, skip_prob=0.5, seed=1)
     fr = track(cg, max_merged_configs=4, epsilon=0.05, threads=2)
@@ -551,6 +654,8 @@ def test_a_refusal_names_the_least_max_entries_that_lets_min_sum_through(seed):
 
 class _Refused:
     """A stand-in for the thread of the anchors: the ends refused there, with these refusals."""
+
+    held_bytes = 0
 
     def __init__(self, rb, refusals):
         self.rb = rb

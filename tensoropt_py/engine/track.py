@@ -53,6 +53,7 @@ import sys
 import threading
 import time as _time
 from concurrent.futures import CancelledError, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as WaitTimeout
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
@@ -448,17 +449,21 @@ def _optima(cg, lams, max_bytes, mem=None, tim=None, threads=1, background=None)
     ``max_entries`` float64 may be alive at once per solve: up to ``threads`` solves run at
     once where ``max_bytes`` holds that many (their large NumPy reductions overlap).
     ``background``: a :class:`_BackgroundOptima` whose bounds and optima are taken where it
-    has them."""
+    has them; what it may still hold (``held_bytes``: a thread given up) is not ``max_bytes``'s."""
     from .screen import relaxation_bounds
 
-    entries = _entries(max_bytes)
     finite = sorted({0.0, *(float(lam) for lam in lams if np.isfinite(lam))})
+
+    def room():  # less what a thread given up may still hold
+        return max_bytes - (0 if background is None else background.held_bytes)
+
     rb = None if background is None else background.bounds()
+    entries = _entries(room())
     if rb is not None and rb.lams.tolist() != finite:
         rb = None
     if rb is None and mem is not None and mem.size:
         try:
-            rb = relaxation_bounds(cg, finite, max_bytes=max_bytes)
+            rb = relaxation_bounds(cg, finite, max_bytes=room())
         except MemoryLimitError:  # edges too large for the bounds: solve the whole graph
             rb = None
 
@@ -467,6 +472,7 @@ def _optima(cg, lams, max_bytes, mem=None, tim=None, threads=1, background=None)
         done = None if background is None else background.optimum(lam)
         if done is not None:
             return done
+        entries = _entries(room())  # it may have been given up while this waited
         limit = np.inf
         if mem is not None and mem.size:
             limit = mem.min() if np.isinf(lam) else (tim + lam * mem).min()
@@ -479,7 +485,7 @@ def _optima(cg, lams, max_bytes, mem=None, tim=None, threads=1, background=None)
             limit = refused.limit
         return _screened_optimum(cg, rb, lam, limit, entries)
 
-    workers = min(len(lams), threads, max(1, max_bytes // (64 * entries)))
+    workers = min(len(lams), threads, max(1, room() // (64 * entries)))
     if workers > 1:
         with ThreadPoolExecutor(workers) as pool:
             solved = list(pool.map(solve, lams))
@@ -500,6 +506,18 @@ _BACKGROUND_SHARE = 8
 _BACKGROUND_ANCHORS = True  # False: the anchors are always solved after the run (benchmarks compare)
 
 
+_ANCHORS_STARVED_SHARE = 0.25
+"""While the run waits for an answer of its anchors beside it (a process's or a thread's), a
+child or thread that gets less than this share of a core over a check
+(``_ANCHORS_CHECK_SECONDS``; Linux, from ``/proc``) is given up, and the run solves the
+anchors itself: at the least priority, other programs' work can starve the anchors once the
+run has ended, where the run's own solve takes its turn with them (two CPU-bound programs on 2
+cores held a Transformer@4 ``track`` with its anchors on a thread for 48.2 and 30.6 s
+waiting for them, 3.5 and 7.0 s giving it up, 0.8 and 0.9 s without anchors,
+``benchmarks/bench_scale.py --cases anchors_starved``)."""
+_ANCHORS_CHECK_SECONDS = 0.5
+
+
 def _behind_the_run():
     """Lower the calling thread (an anchors' thread) to the least CPU priority, where priorities
     are per thread (Linux): it then runs on what the run leaves idle, its serial steps, instead
@@ -513,7 +531,9 @@ def _behind_the_run():
 
 class _BackgroundOptima:
     """The anchors of :func:`track` (the exact fastest and smallest strategies) solved on a
-    thread of their own while the run tracks the frontier, once the run is known to need them.
+    thread of their own while the run tracks the frontier, once the run is known to need them:
+    in an anchors' process (:class:`_AnchorsProcess`), or in the run's own where
+    ``_ANCHORS_IN_PROCESS`` says so.
 
     The fastest is screened (:func:`_screened_optimum`) by the time of the relaxation's own
     best strategy (each node at the config of least bound, each edge at its best option), which
@@ -524,9 +544,13 @@ class _BackgroundOptima:
     optimal strategy, so these are the whole graph's optima (the foreground's may be other
     strategies of the same costs). An end refused here keeps its refusal (:meth:`refusal`),
     and the lower bound of windows solved exactly that the descents of an end out of reach
-    may need (:func:`_raise_bound`) is computed next, where the budget holds its factors."""
+    may need (:func:`_raise_bound`) is computed next, where the budget holds its factors.
 
-    def __init__(self, cg, budget, threads, entries_after):
+    ``watch``: wait for an answer in checks, and give the thread up where it is starved
+    (``_ANCHORS_STARVED_SHARE``; Linux): what it has not answered, the run solves after it
+    (``ended`` says why). False in an anchors' process, whose parent watches it whole."""
+
+    def __init__(self, cg, budget, threads, entries_after, watch=True):
         self.cg = cg
         self.budget = int(budget)
         self.entries_after = entries_after  # what a solve after the run may hold (its max_entries)
@@ -535,8 +559,11 @@ class _BackgroundOptima:
         self._refusals = {}  # lam -> _Refusal of its end
         self._window_bounds = {}  # lam -> the job computing window_bound(cg, lam)
         self._stop = False
+        self.ended = None  # why the thread was given up, before close()
+        self._watch = watch and sys.platform.startswith("linux")
+        self._workers = []  # the native ids of the pool's threads, as they start
         self._pool = ThreadPoolExecutor(1 if threads < 4 else 2, thread_name_prefix="tensoropt-anchors",
-                                        initializer=_behind_the_run)
+                                        initializer=self._started)
         self._bounds = self._pool.submit(self._timed, self._relaxation)
         self._solved = {0.0: self._pool.submit(self._timed, self._fastest)}
 
@@ -544,6 +571,42 @@ class _BackgroundOptima:
     def seconds(self):
         """Seconds its jobs took, summed."""
         return float(sum(self._durations))
+
+    @property
+    def held_bytes(self):
+        """What it may still hold that the run does not know of: its whole share once given up
+        (its job running ends by itself, at its next step)."""
+        return self.budget if self.ended else 0
+
+    def _started(self):
+        self._workers.append(threading.get_native_id())
+        _behind_the_run()
+
+    def _threads_cpu(self):
+        """CPU seconds its threads have used, together (None where ``/proc`` does not say)."""
+        used = [_cpu_seconds(os.getpid(), tid) for tid in list(self._workers)]
+        return None if None in used else sum(used)
+
+    def _result(self, job, gone=None):
+        """``job.result()``; ``gone`` where the job was dropped, or where it has not ended and
+        the thread is given up, before or while waiting for it (watched: starved)."""
+        while True:
+            if self.ended and not job.done():
+                return gone
+            watched = self._watch and not job.done()
+            used = self._threads_cpu() if watched else None
+            try:
+                return job.result(timeout=_ANCHORS_CHECK_SECONDS if watched else None)
+            except CancelledError:  # dropped by close(), or once the thread was given up
+                return gone
+            except WaitTimeout:
+                pass
+            now = self._threads_cpu()
+            if used is not None and now is not None and now - used < _ANCHORS_STARVED_SHARE * _ANCHORS_CHECK_SECONDS:
+                self.ended = (f"the anchors' thread was given up (no answer: starved, {now - used:.2f} s of CPU in "
+                              f"{_ANCHORS_CHECK_SECONDS:g} s); the anchors were solved after the run")
+                self._stop = True  # its job running ends at its next step
+                self._pool.shutdown(wait=False, cancel_futures=True)
 
     def _timed(self, job, *args):
         if self._stop:
@@ -602,13 +665,13 @@ class _BackgroundOptima:
 
     def bounds(self):
         """The relaxation bounds (lam 0 and memory), or None where they did not fit."""
-        return self._bounds.result()
+        return self._result(self._bounds)
 
     def optimum(self, lam):
         """``(choices, edge_choices)`` of the optimum for ``lam`` (0 or inf) once solved here,
         else None."""
         job = self._solved.get(float(lam))
-        solved = None if job is None else job.result()
+        solved = None if job is None else self._result(job)
         if solved is not None:
             self.used.append("smallest" if np.isinf(lam) else "fastest")
         return solved
@@ -617,18 +680,16 @@ class _BackgroundOptima:
         """The :class:`_Refusal` of the optimum for ``lam`` where it was refused here, else None."""
         job = self._solved.get(float(lam))
         if job is not None:
-            job.result()
+            self._result(job)
         return self._refusals.get(float(lam))
 
     def window_bound(self, lam):
         """``(True, window_bound(cg, lam))`` where it was computed here (``lam``'s optimum
         refused), else ``(False, None)``."""
         job = self._window_bounds.get(float(lam))
-        try:
-            value = None if job is None else job.result()
-        except CancelledError:  # dropped by close()
-            job = None
-        if job is None:
+        gone = object()
+        value = gone if job is None else self._result(job, gone)
+        if value is gone:  # none, dropped by close(), or the thread given up
             return False, None
         self.used.append("smallest_bound" if np.isinf(lam) else "fastest_bound")
         return True, value
@@ -640,7 +701,7 @@ class _BackgroundOptima:
         self._pool.shutdown(wait=wait, cancel_futures=True)
 
 
-_ANCHORS_IN_PROCESS = True  # False: the anchors solved beside a run stay on a thread (tests that patch their steps)
+_ANCHORS_IN_PROCESS = True  # False: the anchors solved beside a run are on a thread (tests that patch their steps)
 _PROCESS_BASE_BYTES = 128 << 20
 """What an anchors' process holds before its budget: an interpreter with NumPy and the engine
 imported (about 40 MiB measured), with room."""
@@ -649,18 +710,14 @@ _PROCESS_GREETING = b"tensoropt-anchors\n"
 Python it should be (an embedding application's ``sys.executable``) never writes it."""
 _PROCESS_GREETING_SECONDS = 30.0
 """How long the first call waits for the greeting, once the run needs an answer."""
-_PROCESS_STARVED_SHARE = 0.25
-"""While a call waits for its answer, a child that gets less than this share of a core over a
-check (``_PROCESS_CHECK_SECONDS``; Linux, from ``/proc``) is ended, and the run solves the
-anchors itself: at the least priority, other programs' work can starve it once the run has
-ended, where the run's own solve would take its turn with them."""
-_PROCESS_CHECK_SECONDS = 0.5
 _PROCESS_MIN_LEAF_BYTES = 384 << 10
-"""Graphs whose leaf tables (:func:`leaf_bytes`) are smaller keep their anchors on a thread:
-starting an interpreter (about 0.4 s) costs them more than the lock the thread takes. On
-random chains with epsilon 1e-3 and two threads, the thread is the faster with 271 KB of leaf
-tables and the process with 463 KB (the zoo Transformer on 4 devices, 476 KB: 1.25 s in the
-process against 1.70 s on a thread)."""
+"""Graphs whose leaf tables (:func:`leaf_bytes`) are smaller solve their anchors after the run:
+starting an interpreter (about 0.4 s) costs them more than it hides. Medians of three
+(``benchmarks/bench_scale.py --cases anchors_small``, 2 threads), after the run / in a process:
+the zoo Transformer on 2 devices (57 KB) 1.18 / 1.18 s, on 4 (476 KB) 1.53 / 1.33 s; BERT-large
+on 4 (524 KB) 1.56 / 1.29 s; GPT-2 on 4 (338 KB) 0.81 / 0.96 s. Leaf bytes foretell the run's
+length only roughly: VGG-16 on 4 devices (783 KB) tracks in 0.04 s and takes 0.40 s with its
+anchors in a process, 0.14 s after the run."""
 
 
 class _ChildGone(Exception):
@@ -698,11 +755,11 @@ def _receive(stream):
     return pickle.loads(_read_exactly(stream, int.from_bytes(_read_exactly(stream, 8), "little")))
 
 
-def _cpu_seconds(pid):
-    """CPU seconds the process ``pid`` has used, its threads together (None where ``/proc`` does
-    not say: not Linux, or ended)."""
+def _cpu_seconds(pid, tid=None):
+    """CPU seconds the process ``pid`` has used, its threads together, or its thread of native
+    id ``tid`` alone (None where ``/proc`` does not say: not Linux, or ended)."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
+        with open(f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat", "rb") as f:
             fields = f.read().rsplit(b")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
     except (OSError, ValueError, IndexError, AttributeError):
@@ -725,7 +782,7 @@ def _serve_anchors():
         pass
     try:
         cg = _receive(requests)
-        beside = _BackgroundOptima(cg, *_receive(requests))
+        beside = _BackgroundOptima(cg, *_receive(requests), watch=False)
         while True:
             reply, name, args = _receive(requests)
             try:
@@ -758,11 +815,11 @@ class _AnchorsProcess:
     the graph as a pickle on its stdin, and asked over pipes (:func:`_serve_anchors`), one
     call at a time; a child that has not written ``_PROCESS_GREETING`` within
     ``_PROCESS_GREETING_SECONDS`` of the first call is ended, as is one starved while a call
-    waits for its answer (``_PROCESS_STARVED_SHARE``). ``budget`` (the share of
+    waits for its answer (``_ANCHORS_STARVED_SHARE``). ``budget`` (the share of
     ``max_memory`` held for it) covers the interpreter (``_PROCESS_BASE_BYTES``), the graph's
     pickle on both sides and the child's copy of the graph; the rest is the child's budget.
     Raises :class:`_ChildGone` where that rest is under half the share, or where no process
-    starts: the caller keeps the anchors on a thread. What a child that cannot be asked any
+    starts: the anchors are then solved after the run. What a child that cannot be asked any
     more has not answered, the run solves after it."""
 
     def __init__(self, cg, budget, threads, entries_after):
@@ -800,7 +857,7 @@ class _AnchorsProcess:
     def _wait_for(self, what, deadline=None):
         """Return once the child has written something (``what``: its greeting or an answer);
         raises :class:`_ChildGone` (having ended the child) where it is starved
-        (``_PROCESS_STARVED_SHARE``) or ``deadline`` (``time.monotonic``) passes first. Where
+        (``_ANCHORS_STARVED_SHARE``) or ``deadline`` (``time.monotonic``) passes first. Where
         the pipe cannot be watched (not POSIX), it returns at once, and the read waits."""
         import select
 
@@ -809,11 +866,11 @@ class _AnchorsProcess:
         pipe = self._child.stdout
         while True:
             used = _cpu_seconds(self._child.pid)
-            if select.select([pipe], [], [], _PROCESS_CHECK_SECONDS)[0]:
+            if select.select([pipe], [], [], _ANCHORS_CHECK_SECONDS)[0]:
                 return
             now = _cpu_seconds(self._child.pid)
-            if used is not None and now is not None and now - used < _PROCESS_STARVED_SHARE * _PROCESS_CHECK_SECONDS:
-                why = f"no {what}: starved, {now - used:.2f} s of CPU in {_PROCESS_CHECK_SECONDS:g} s"
+            if used is not None and now is not None and now - used < _ANCHORS_STARVED_SHARE * _ANCHORS_CHECK_SECONDS:
+                why = f"no {what}: starved, {now - used:.2f} s of CPU in {_ANCHORS_CHECK_SECONDS:g} s"
             elif deadline is not None and _time.monotonic() > deadline:
                 why = f"no {what} within {_PROCESS_GREETING_SECONDS:g} s"
             else:
@@ -874,6 +931,8 @@ class _AnchorsProcess:
         """What was taken from it (as :attr:`_BackgroundOptima.used`)."""
         return list(self._used)
 
+    held_bytes = 0  # a child that cannot be asked was ended: what it held is freed
+
     def smallest_below(self, mem):
         """As :meth:`_BackgroundOptima.smallest_below`, without waiting for an answer."""
         if not self._gone:
@@ -916,15 +975,21 @@ class _AnchorsProcess:
 
 
 def _anchors_beside(cg, budget, threads, entries_after):
-    """The anchors solved beside a run: in a process of their own (:class:`_AnchorsProcess`)
-    where one starts within ``budget`` and the graph is large enough to gain from it
-    (``_PROCESS_MIN_LEAF_BYTES``), else on a thread (:class:`_BackgroundOptima`)."""
-    if _ANCHORS_IN_PROCESS and leaf_bytes(cg) >= _PROCESS_MIN_LEAF_BYTES:
-        try:
-            return _AnchorsProcess(cg, budget, threads, entries_after)
-        except _ChildGone:
-            pass
-    return _BackgroundOptima(cg, budget, threads, entries_after)
+    """The anchors solved beside a run, in a process of their own (:class:`_AnchorsProcess`), or
+    None where the graph is too small to gain from one (``_PROCESS_MIN_LEAF_BYTES``) or no
+    process starts within ``budget``: they are then solved after the run. Not on a thread of the
+    run's process: at the least priority, a thread that holds the interpreter's lock while other
+    programs take the cores holds the run back with it (``_ANCHORS_IN_PROCESS`` False keeps them
+    on a :class:`_BackgroundOptima` thread all the same, which sees this module's patches, for
+    tests and benchmarks)."""
+    if not _ANCHORS_IN_PROCESS:
+        return _BackgroundOptima(cg, budget, threads, entries_after)
+    if leaf_bytes(cg) < _PROCESS_MIN_LEAF_BYTES:
+        return None
+    try:
+        return _AnchorsProcess(cg, budget, threads, entries_after)
+    except _ChildGone:
+        return None
 
 
 def _relaxation_strategies(cg, rb, lams):
@@ -1263,15 +1328,15 @@ def track(
         elimination), they are solved beside the run while it goes on: the fastest screened
         by the time of the relaxation's own best strategy, the smallest by the least memory of
         the first heuristic run. They run in a process of their own at the least CPU priority
-        (its Python does not hold the run's interpreter lock), or on a thread where the graph
-        is small (leaf tables under 384 KiB: starting the process would cost more) or the
-        process would not fit its share (``stats["anchors_beside_in"]``: ``"process"`` or
-        ``"thread"``). It holds at most an eighth of ``max_memory``, the process's interpreter
-        and its copy of the graph included (the run the rest; not after a run stopped at
-        ``max_memory``); ``stats["anchors_beside"]`` names the ends it solved
-        (``stats["anchor_background_seconds"]``: its seconds), the others are solved after the
-        run as above, as are all of them where the process ended early or, starved by other
-        programs, got too little CPU to answer (``stats["anchors_beside_ended"]`` says why). An
+        (its Python does not hold the run's interpreter lock; ``stats["anchors_beside_in"]``),
+        but after the run where the graph is small (leaf tables under 384 KiB: starting the
+        process would cost more than it hides) or the process would not fit its share. It
+        holds at most an eighth of ``max_memory``, its interpreter and its copy of the graph
+        included (the run the rest; not after a run stopped at ``max_memory``);
+        ``stats["anchors_beside"]`` names the ends it solved (``stats["anchor_background_seconds"]``:
+        its seconds), the others are solved after the run as above, as are all of them where the
+        process ended early or, starved by other programs, got too little CPU to answer
+        (``stats["anchors_beside_ended"]`` says why). An
         end it was refused is tried again after the run only where the whole ``max_memory``
         gives the step refused enough room (on the graph it was refused on when that is the
         smaller), and the windows' lower bound of that end is computed there next
@@ -1382,19 +1447,24 @@ def track(
     retries = []
     exact_attempt = None
     background = []  # the anchors beside the run (_anchors_beside), once started
+    declined = []  # not empty once _anchors_beside declined: they are solved after the run
 
     def solve_anchors_beside(ctx=None):
         """Start solving the anchors beside the run (the run is known to need them);
         ``ctx``: the run under way, which then gives up the share they hold where it can. Not
         once a run has stopped at ``max_memory``: the runs then need all of it."""
-        if background or retries or threads < 2 or anchors is False or not _BACKGROUND_ANCHORS:
+        if background or declined or retries or threads < 2 or anchors is False or not _BACKGROUND_ANCHORS:
             return
         budget = int(max_memory) // _BACKGROUND_SHARE
+        if ctx is not None and ctx.max_bytes - ctx.used_bytes() < budget:
+            return
+        beside = _anchors_beside(cg, budget, threads, _entries(int(max_memory)))
+        if beside is None:
+            declined.append(True)
+            return
         if ctx is not None:
-            if ctx.max_bytes - ctx.used_bytes() < budget:
-                return
             ctx.max_bytes -= budget
-        background.append(_anchors_beside(cg, budget, threads, _entries(int(max_memory))))
+        background.append(beside)
 
     def first_run_done(mem):
         if background:
