@@ -177,6 +177,26 @@ def test_default_track_contains_both_ends(seed):
         track(cg, anchors="yes")
 
 
+def _wait_until_solving(beside):
+    """Wait (at most 60 s) until an anchors' process has greeted: it has its graph and solves."""
+    import select
+
+    select.select([beside._child.stdout], [], [], 60)
+
+
+def _processes_solving_from_their_start(monkeypatch, track_mod):
+    """An anchors' process started for a run is waited for until it solves: these graphs track
+    in less time than an interpreter takes to start, and a child not solving yet when first
+    asked is ended (the run would solve its anchors after it)."""
+    start = track_mod._AnchorsProcess.__init__
+
+    def start_and_wait(self, *args):
+        start(self, *args)
+        _wait_until_solving(self)
+
+    monkeypatch.setattr(track_mod._AnchorsProcess, "__init__", start_and_wait)
+
+
 @pytest.mark.parametrize("beside_in", ["thread", "process", "default"])
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("epsilon", [0.05, 0.0])
@@ -191,6 +211,7 @@ def test_anchors_solved_beside_the_run_are_the_exact_ends(seed, epsilon, beside_
     monkeypatch.setattr(track_mod, "_ANCHORS_IN_PROCESS", beside_in != "thread")
     if beside_in == "process":
         monkeypatch.setattr(track_mod, "_PROCESS_MIN_LEAF_BYTES", 0)
+        _processes_solving_from_their_start(monkeypatch, track_mod)
     cg = random_layered_dag(6, 3, 4, layouts=2, options=2, skip_prob=0.5, seed=seed)
     fast, small = min_sum(cg, 0.0), min_sum(cg, np.inf)
     fr = track(cg, max_merged_configs=4, epsilon=epsilon, threads=2)
@@ -276,6 +297,8 @@ def test_optima_solved_beside_a_run_equal_the_whole_graph_optima(seed, beside_in
     mem, _ = evaluate(cg, ch, np.zeros((40, cg.n_edges), dtype=np.int64))
     solver = track_mod._BackgroundOptima if beside_in == "thread" else track_mod._AnchorsProcess
     beside = solver(cg, 1 << 30, threads=2, entries_after=track_mod._entries(1 << 30))
+    if beside_in == "process":
+        _wait_until_solving(beside)
     try:
         beside.smallest_below(np.append(mem[np.isfinite(mem)], small.memory))
         fastest = beside.optimum(0.0)
@@ -316,6 +339,7 @@ def test_the_anchors_process_runs_at_the_least_priority_and_ends_with_close():
     track_mod = importlib.import_module("tensoropt_py.engine.track")
     beside = track_mod._AnchorsProcess(random_chain(4, 3, seed=0), 1 << 30, threads=2,
                                        entries_after=track_mod._entries(1 << 30))
+    _wait_until_solving(beside)
     try:
         assert beside.bounds() is not None and beside.bounds() is beside.bounds()  # one object: _optima compares
         with open(f"/proc/{beside._child.pid}/stat") as f:
@@ -333,13 +357,14 @@ def test_the_anchors_process_runs_at_the_least_priority_and_ends_with_close():
     assert beside.used == ["fastest"] and beside.seconds > 0  # as last reported
 
 
-@pytest.mark.parametrize("child", ["answers", "ends at once", "never answers", "stopped"])
+@pytest.mark.parametrize("child", ["answers", "ends at once", "not solving yet", "stopped"])
 @pytest.mark.parametrize("seed", range(4))
 def test_a_frontier_is_the_same_whether_its_anchors_run_in_a_process_or_not(seed, child, monkeypatch, tmp_path):
     # the anchors beside the run in a process (here for any size of graph), against on the
-    # run's thread; a child that ends before answering, never answers (a `sys.executable`
-    # that is not Python) or is starved (here stopped) has solved nothing: the run solves its
-    # anchors after it, and the frontier is the same again
+    # run's thread; a child that ends before answering, is not solving yet when the run asks
+    # (here a `sys.executable` that is not Python, which never greets) or is starved once
+    # solving (here stopped) has solved nothing: the run solves its anchors after it, and the
+    # frontier is the same again
     import importlib
     import shutil
 
@@ -350,29 +375,35 @@ def test_a_frontier_is_the_same_whether_its_anchors_run_in_a_process_or_not(seed
     on_thread = track(cg, **kwargs)
     monkeypatch.setattr(track_mod, "_ANCHORS_IN_PROCESS", True)
     monkeypatch.setattr(track_mod, "_PROCESS_MIN_LEAF_BYTES", 0)
-    if child == "ends at once":
+    start = track_mod._AnchorsProcess.__init__
+    if child == "answers":
+        _processes_solving_from_their_start(monkeypatch, track_mod)
+    elif child == "ends at once":
         if shutil.which("true") is None:
             pytest.skip("no `true` program to stand for a child that ends")
         monkeypatch.setattr(sys, "executable", shutil.which("true"))
-    elif child == "never answers":
+
+        def start_and_end(self, *args):
+            start(self, *args)
+            self._child.wait()
+
+        monkeypatch.setattr(track_mod._AnchorsProcess, "__init__", start_and_end)
+    elif child == "not solving yet":
         if shutil.which("sleep") is None or sys.platform.startswith("win"):
-            pytest.skip("no `sleep` program to stand for a child that never answers")
+            pytest.skip("no `sleep` program to stand for a child that never greets")
         program = tmp_path / "not-python"
         program.write_text("#!/bin/sh\nexec sleep 600\n")
         program.chmod(0o755)
         monkeypatch.setattr(sys, "executable", str(program))
-        monkeypatch.setattr(track_mod, "_PROCESS_GREETING_SECONDS", 0.5)
-        monkeypatch.setattr(track_mod, "_ANCHORS_STARVED_SHARE", -1.0)  # never starved: the deadline ends it
     elif child == "stopped":
         if not sys.platform.startswith("linux"):
             pytest.skip("starvation is read from /proc")
         import os
         import signal
 
-        start = track_mod._AnchorsProcess.__init__
-
         def start_and_stop(self, *args):
             start(self, *args)
+            _wait_until_solving(self)
             os.kill(self._child.pid, signal.SIGSTOP)  # gets no CPU from here on
 
         monkeypatch.setattr(track_mod._AnchorsProcess, "__init__", start_and_stop)
@@ -387,8 +418,8 @@ def test_a_frontier_is_the_same_whether_its_anchors_run_in_a_process_or_not(seed
     else:
         assert in_process.stats["anchors_beside"] == ()
         assert "ended early" in in_process.stats["anchors_beside_ended"]
-        why = {"ends at once": "its interpreter did not start", "never answers": "no greeting within 0.5 s",
-               "stopped": "no greeting: starved"}[child]
+        why = {"ends at once": "its interpreter did not start", "not solving yet": "not solving yet when first asked",
+               "stopped": "no answer: starved"}[child]
         assert why in in_process.stats["anchors_beside_ended"]
 
 

@@ -512,8 +512,8 @@ child or thread that gets less than this share of a core over a check
 (``_ANCHORS_CHECK_SECONDS``; Linux, from ``/proc``) is given up, and the run solves the
 anchors itself: at the least priority, other programs' work can starve the anchors once the
 run has ended, where the run's own solve takes its turn with them (two CPU-bound programs on 2
-cores held a Transformer@4 ``track`` with its anchors on a thread for 48.2 and 30.6 s
-waiting for them, 3.5 and 7.0 s giving it up, 0.8 and 0.9 s without anchors,
+cores held a Transformer@4 ``track`` with its anchors on a thread for 45.1 and 46.5 s
+waiting for them, 2.6 and 4.6 s giving it up, 1.15 and 0.93 s without anchors,
 ``benchmarks/bench_scale.py --cases anchors_starved``)."""
 _ANCHORS_CHECK_SECONDS = 0.5
 
@@ -706,18 +706,19 @@ _PROCESS_BASE_BYTES = 128 << 20
 """What an anchors' process holds before its budget: an interpreter with NumPy and the engine
 imported (about 40 MiB measured), with room."""
 _PROCESS_GREETING = b"tensoropt-anchors\n"
-"""What an anchors' process writes first, as its interpreter starts: a program that is not the
-Python it should be (an embedding application's ``sys.executable``) never writes it."""
-_PROCESS_GREETING_SECONDS = 30.0
-"""How long the first call waits for the greeting, once the run needs an answer."""
-_PROCESS_MIN_LEAF_BYTES = 384 << 10
+"""What an anchors' process writes first, once it has the graph and its jobs have started:
+until then it has solved nothing, and a program that is not the Python it should be (an
+embedding application's ``sys.executable``) never writes it."""
+_PROCESS_MIN_LEAF_BYTES = 48 << 10
 """Graphs whose leaf tables (:func:`leaf_bytes`) are smaller solve their anchors after the run:
-starting an interpreter (about 0.4 s) costs them more than it hides. Medians of three
-(``benchmarks/bench_scale.py --cases anchors_small``, 2 threads), after the run / in a process:
-the zoo Transformer on 2 devices (57 KB) 1.18 / 1.18 s, on 4 (476 KB) 1.53 / 1.33 s; BERT-large
-on 4 (524 KB) 1.56 / 1.29 s; GPT-2 on 4 (338 KB) 0.81 / 0.96 s. Leaf bytes foretell the run's
-length only roughly: VGG-16 on 4 devices (783 KB) tracks in 0.04 s and takes 0.40 s with its
-anchors in a process, 0.14 s after the run."""
+they track in less time than an interpreter takes to start (about 0.4 s), and a process not
+solving yet when the run ends is ended anyway. Above it, a process costs little where the run
+is short (it is ended then) and gains where it is not. Medians of three
+(``benchmarks/bench_scale.py --cases anchors_small``, 2 threads), in a process / after the
+run: the zoo Transformer on 2 devices (57 KB) 1.18 / 1.24 s, on 4 (476 KB) 1.46 / 1.62 s;
+BERT-large on 2 (72 KB) 1.43 / 1.62 s, on 4 (524 KB) 1.04 / 1.50 s; GPT-2 on 2 (40 KB)
+0.73 / 0.73 s, on 4 (338 KB) 0.71 / 0.74 s; VGG-16 on 4 (783 KB, a run of 0.06 s) 0.18 /
+0.17 s."""
 
 
 class _ChildGone(Exception):
@@ -783,6 +784,8 @@ def _serve_anchors():
     try:
         cg = _receive(requests)
         beside = _BackgroundOptima(cg, *_receive(requests), watch=False)
+        answers.write(_PROCESS_GREETING)
+        answers.flush()
         while True:
             reply, name, args = _receive(requests)
             try:
@@ -807,15 +810,16 @@ class _AnchorsProcess:
     """A :class:`_BackgroundOptima` in a process of its own, behind the same methods.
 
     The anchors' jobs run Python between their kernels; on a thread they hold the lock the
-    run needs between its own (the Transformer@16's default ``track``: 8.6 s with them on a
-    thread, 7.3 s without, 8.0 s in a process, ``benchmarks/bench_scale.py --cases
-    transformer16_anchors_process``). A child process has a lock of its own and runs at the
+    run needs between its own (the Transformer@16's default ``track``, medians of four: 8.2 s
+    with them on a thread, 7.1 s without, 7.4 s in a process, ``benchmarks/bench_scale.py
+    --cases transformer16_anchors_process``). A child process has a lock of its own and runs at the
     least CPU priority, on what the run leaves idle. It is started by :mod:`subprocess`
     (multiprocessing's spawn would run an unguarded ``__main__`` of the user's again), sent
     the graph as a pickle on its stdin, and asked over pipes (:func:`_serve_anchors`), one
-    call at a time; a child that has not written ``_PROCESS_GREETING`` within
-    ``_PROCESS_GREETING_SECONDS`` of the first call is ended, as is one starved while a call
-    waits for its answer (``_ANCHORS_STARVED_SHARE``). ``budget`` (the share of
+    call at a time. A child that has not written ``_PROCESS_GREETING`` when first asked (once
+    the run has ended) has solved nothing: it is ended, and the run solves the anchors at once
+    instead of waiting for an interpreter to start. So is one starved while a call waits for its
+    answer (``_ANCHORS_STARVED_SHARE``). ``budget`` (the share of
     ``max_memory`` held for it) covers the interpreter (``_PROCESS_BASE_BYTES``), the graph's
     pickle on both sides and the child's copy of the graph; the rest is the child's budget.
     Raises :class:`_ChildGone` where that rest is under half the share, or where no process
@@ -833,8 +837,7 @@ class _AnchorsProcess:
         if own < self.budget // 2 or not sys.executable:
             raise _ChildGone(f"{own} bytes would be left of {self.budget}")
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        code = (f"import sys; sys.stdout.buffer.write({_PROCESS_GREETING!r}); sys.stdout.buffer.flush(); "
-                f"sys.path.insert(0, {root!r}); import importlib; "
+        code = (f"import sys; sys.path.insert(0, {root!r}); import importlib; "
                 "importlib.import_module('tensoropt_py.engine.track')._serve_anchors()")
         try:
             # unbuffered: waiting for an answer watches the pipe itself (no bytes held in a buffer)
@@ -854,11 +857,10 @@ class _AnchorsProcess:
         threading.Thread(target=self._write, name="tensoropt-anchors-pipe", daemon=True).start()
         self._greeted = False
 
-    def _wait_for(self, what, deadline=None):
-        """Return once the child has written something (``what``: its greeting or an answer);
-        raises :class:`_ChildGone` (having ended the child) where it is starved
-        (``_ANCHORS_STARVED_SHARE``) or ``deadline`` (``time.monotonic``) passes first. Where
-        the pipe cannot be watched (not POSIX), it returns at once, and the read waits."""
+    def _wait_for_answer(self):
+        """Return once the child has written something; raises :class:`_ChildGone` where it is
+        starved first (``_ANCHORS_STARVED_SHARE``). Where the pipe cannot be watched (not
+        POSIX), it returns at once, and the read waits."""
         import select
 
         if os.name != "posix":
@@ -870,13 +872,22 @@ class _AnchorsProcess:
                 return
             now = _cpu_seconds(self._child.pid)
             if used is not None and now is not None and now - used < _ANCHORS_STARVED_SHARE * _ANCHORS_CHECK_SECONDS:
-                why = f"no {what}: starved, {now - used:.2f} s of CPU in {_ANCHORS_CHECK_SECONDS:g} s"
-            elif deadline is not None and _time.monotonic() > deadline:
-                why = f"no {what} within {_PROCESS_GREETING_SECONDS:g} s"
-            else:
-                continue
-            self._child.kill()
-            raise _ChildGone(why)
+                raise _ChildGone(f"no answer: starved, {now - used:.2f} s of CPU in {_ANCHORS_CHECK_SECONDS:g} s")
+
+    def _solving(self):
+        """Whether the child has greeted (read here, once): it has the graph and its jobs run.
+        Where the pipe cannot be watched (not POSIX), the read waits for the greeting."""
+        import select
+
+        if os.name == "posix" and not select.select([self._child.stdout], [], [], 0)[0]:
+            return False
+        try:
+            greeting = _read_exactly(self._child.stdout, len(_PROCESS_GREETING))
+        except _ChildGone:  # it ended
+            greeting = b""
+        if greeting != _PROCESS_GREETING:
+            raise _ChildGone("its interpreter did not start")
+        return True
 
     def _write(self):
         try:
@@ -897,19 +908,14 @@ class _AnchorsProcess:
                 raise _ChildGone("ended before")
             self._outbox.put((True, name, None if attribute else args))
             try:
-                if not self._greeted:  # a program that is not the Python it should be never greets
-                    self._wait_for("greeting", _time.monotonic() + _PROCESS_GREETING_SECONDS)
-                    try:
-                        greeting = _read_exactly(self._child.stdout, len(_PROCESS_GREETING))
-                    except _ChildGone:  # it ended
-                        greeting = b""
-                    if greeting != _PROCESS_GREETING:
-                        self._child.kill()
-                        raise _ChildGone("its interpreter did not start")
+                if not self._greeted:
+                    if not self._solving():  # it would take its start and the whole solve yet
+                        raise _ChildGone("not solving yet when first asked")
                     self._greeted = True
-                self._wait_for("answer")
+                self._wait_for_answer()
                 ok, value, self._seconds, self._used = _receive(self._child.stdout)
             except (_ChildGone, OSError, EOFError) as exc:
+                self._child.kill()  # it cannot be asked any more: what it holds is freed
                 if not self._gone:
                     self.ended = f"the anchors' process ended early ({exc}); the anchors were solved after the run"
                 self._gone = True
@@ -1329,14 +1335,14 @@ def track(
         by the time of the relaxation's own best strategy, the smallest by the least memory of
         the first heuristic run. They run in a process of their own at the least CPU priority
         (its Python does not hold the run's interpreter lock; ``stats["anchors_beside_in"]``),
-        but after the run where the graph is small (leaf tables under 384 KiB: starting the
+        but after the run where the graph is small (leaf tables under 48 KiB: starting the
         process would cost more than it hides) or the process would not fit its share. It
         holds at most an eighth of ``max_memory``, its interpreter and its copy of the graph
         included (the run the rest; not after a run stopped at ``max_memory``);
         ``stats["anchors_beside"]`` names the ends it solved (``stats["anchor_background_seconds"]``:
         its seconds), the others are solved after the run as above, as are all of them where the
-        process ended early or, starved by other programs, got too little CPU to answer
-        (``stats["anchors_beside_ended"]`` says why). An
+        process ended early, had not started solving when the run ended, or, starved by other
+        programs, got too little CPU to answer (``stats["anchors_beside_ended"]`` says why). An
         end it was refused is tried again after the run only where the whole ``max_memory``
         gives the step refused enough room (on the graph it was refused on when that is the
         smaller), and the windows' lower bound of that end is computed there next
