@@ -812,16 +812,17 @@ class _AnchorsProcess:
     The anchors' jobs run Python between their kernels; on a thread they hold the lock the
     run needs between its own (the Transformer@16's default ``track``, medians of four: 8.2 s
     with them on a thread, 7.1 s without, 7.4 s in a process, ``benchmarks/bench_scale.py
-    --cases transformer16_anchors_process``). A child process has a lock of its own and runs at the
-    least CPU priority, on what the run leaves idle. It is started by :mod:`subprocess`
-    (multiprocessing's spawn would run an unguarded ``__main__`` of the user's again), sent
-    the graph as a pickle on its stdin, and asked over pipes (:func:`_serve_anchors`), one
-    call at a time. A child that has not written ``_PROCESS_GREETING`` when first asked (once
-    the run has ended) has solved nothing: it is ended, and the run solves the anchors at once
-    instead of waiting for an interpreter to start. So is one starved while a call waits for its
-    answer (``_ANCHORS_STARVED_SHARE``). ``budget`` (the share of
-    ``max_memory`` held for it) covers the interpreter (``_PROCESS_BASE_BYTES``), the graph's
-    pickle on both sides and the child's copy of the graph; the rest is the child's budget.
+    --cases transformer16_anchors_process``). A child process has a lock of its own and runs
+    at the least CPU priority, on what the run leaves idle. It is started by
+    :mod:`subprocess` (multiprocessing's spawn would run an unguarded ``__main__`` of the
+    user's again), sent the graph as a pickle on its stdin, and asked over pipes
+    (:func:`_serve_anchors`), one call at a time. A child that has not written
+    ``_PROCESS_GREETING`` when first asked (once the run has ended) has solved nothing: it is
+    ended, and the run solves the anchors at once instead of waiting for an interpreter to
+    start. So is one starved while a call waits for its answer (``_ANCHORS_STARVED_SHARE``).
+    ``budget`` (the share of ``max_memory`` held for it) covers the interpreter
+    (``_PROCESS_BASE_BYTES``), the graph's pickle on both sides and the child's copy of the
+    graph; the rest is the child's budget.
     Raises :class:`_ChildGone` where that rest is under half the share, or where no process
     starts: the anchors are then solved after the run. What a child that cannot be asked any
     more has not answered, the run solves after it."""
