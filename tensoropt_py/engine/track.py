@@ -518,6 +518,15 @@ waiting for them, 2.6 and 4.6 s giving it up, 1.15 and 0.93 s without anchors,
 _ANCHORS_CHECK_SECONDS = 0.5
 
 
+def _starved(used, now):
+    """Why anchors beside the run that used ``used`` then ``now`` CPU seconds over a check
+    (``_ANCHORS_CHECK_SECONDS``) are given up, or None: not starved (``_ANCHORS_STARVED_SHARE``),
+    or unknown (either None)."""
+    if used is None or now is None or now - used >= _ANCHORS_STARVED_SHARE * _ANCHORS_CHECK_SECONDS:
+        return None
+    return f"no answer: starved, {now - used:.2f} s of CPU in {_ANCHORS_CHECK_SECONDS:g} s"
+
+
 def _behind_the_run():
     """Lower the calling thread (an anchors' thread) to the least CPU priority, where priorities
     are per thread (Linux): it then runs on what the run leaves idle, its serial steps, instead
@@ -601,10 +610,9 @@ class _BackgroundOptima:
                 return gone
             except WaitTimeout:
                 pass
-            now = self._threads_cpu()
-            if used is not None and now is not None and now - used < _ANCHORS_STARVED_SHARE * _ANCHORS_CHECK_SECONDS:
-                self.ended = (f"the anchors' thread was given up (no answer: starved, {now - used:.2f} s of CPU in "
-                              f"{_ANCHORS_CHECK_SECONDS:g} s); the anchors were solved after the run")
+            why = _starved(used, self._threads_cpu())
+            if why is not None:
+                self.ended = f"the anchors' thread was given up ({why}); the anchors were solved after the run"
                 self._stop = True  # its job running ends at its next step
                 self._pool.shutdown(wait=False, cancel_futures=True)
 
@@ -822,10 +830,9 @@ class _AnchorsProcess:
     start. So is one starved while a call waits for its answer (``_ANCHORS_STARVED_SHARE``).
     ``budget`` (the share of ``max_memory`` held for it) covers the interpreter
     (``_PROCESS_BASE_BYTES``), the graph's pickle on both sides and the child's copy of the
-    graph; the rest is the child's budget.
-    Raises :class:`_ChildGone` where that rest is under half the share, or where no process
-    starts: the anchors are then solved after the run. What a child that cannot be asked any
-    more has not answered, the run solves after it."""
+    graph; the rest is the child's budget. Raises :class:`_ChildGone` where that rest is under
+    half the share, or where no process starts: the anchors are then solved after the run.
+    What a child that cannot be asked any more has not answered, the run solves after it."""
 
     def __init__(self, cg, budget, threads, entries_after):
         import pickle
@@ -871,9 +878,9 @@ class _AnchorsProcess:
             used = _cpu_seconds(self._child.pid)
             if select.select([pipe], [], [], _ANCHORS_CHECK_SECONDS)[0]:
                 return
-            now = _cpu_seconds(self._child.pid)
-            if used is not None and now is not None and now - used < _ANCHORS_STARVED_SHARE * _ANCHORS_CHECK_SECONDS:
-                raise _ChildGone(f"no answer: starved, {now - used:.2f} s of CPU in {_ANCHORS_CHECK_SECONDS:g} s")
+            why = _starved(used, _cpu_seconds(self._child.pid))
+            if why is not None:
+                raise _ChildGone(why)
 
     def _solving(self):
         """Whether the child has greeted (read here, once): it has the graph and its jobs run.
@@ -1528,7 +1535,7 @@ def track(
         if background:
             stats["anchors_beside"] = tuple(sorted(background[0].used))
             stats["anchors_beside_in"] = "process" if isinstance(background[0], _AnchorsProcess) else "thread"
-            if getattr(background[0], "ended", None):
+            if background[0].ended:
                 stats["anchors_beside_ended"] = background[0].ended
             stats["anchor_background_seconds"] = background[0].seconds
     finally:
