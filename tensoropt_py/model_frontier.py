@@ -243,7 +243,8 @@ class Frontier:
             why.append(f"epsilon={self.epsilon:g}, memory within {self.memory_bound_factor:.3g}x "
                        "of the exact frontier's at equal time")
         if self.heuristic_eliminations:
-            why.append(f"{self.heuristic_eliminations} heuristic steps (configs fixed or dropped)")
+            steps = "step" if self.heuristic_eliminations == 1 else "steps"
+            why.append(f"{self.heuristic_eliminations} heuristic {steps} (configs fixed or dropped)")
         if self.meshes_restricted:
             why.append(f"{self.meshes} meshes only")
         if self.fastest_gap is not None:

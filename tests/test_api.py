@@ -408,6 +408,17 @@ def test_frontier_reports_the_epsilon_the_engine_ended_with(monkeypatch):
     assert exact.epsilon == 0.0 and exact.exact
 
 
+def test_frontier_accuracy_counts_its_heuristic_steps_in_words():
+    """The accuracy line (printed by the CLI and on the plot) names the heuristic steps with
+    the right number: "1 heuristic step", "3 heuristic steps", nothing where there are none."""
+    import dataclasses
+
+    fr = dataclasses.replace(to.frontier("mlp", CLUSTER, devices=4, cache=False, exact=True), exact=False)
+    assert "heuristic" not in fr.accuracy
+    assert "1 heuristic step (configs fixed or dropped)" in dataclasses.replace(fr, heuristic_eliminations=1).accuracy
+    assert "3 heuristic steps (configs fixed or dropped)" in dataclasses.replace(fr, heuristic_eliminations=3).accuracy
+
+
 def test_frontier_says_where_the_fastest_points_memory_among_ties_is_not_proven(monkeypatch, tmp_path):
     """The fastest anchor's tie of least time past the tie solve's reach (here: every anchor
     said so): the frontier says so, in its accuracy and its JSON."""
