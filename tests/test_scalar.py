@@ -184,17 +184,18 @@ def _wait_until_solving(beside):
     select.select([beside._child.stdout], [], [], 60)
 
 
-def _processes_solving_from_their_start(monkeypatch, track_mod):
-    """An anchors' process started for a run is waited for until it solves: these graphs track
-    in less time than an interpreter takes to start, and a child not solving yet when first
-    asked is ended (the run would solve its anchors after it)."""
+def _after_each_start(monkeypatch, track_mod, then):
+    """Each anchors' process started for a run is handed to ``then`` as soon as it starts.
+    ``_wait_until_solving``: these graphs track in less time than an interpreter takes to start,
+    and a child not solving yet when first asked is ended (the run would solve its anchors after
+    it)."""
     start = track_mod._AnchorsProcess.__init__
 
-    def start_and_wait(self, *args):
+    def start_then(self, *args):
         start(self, *args)
-        _wait_until_solving(self)
+        then(self)
 
-    monkeypatch.setattr(track_mod._AnchorsProcess, "__init__", start_and_wait)
+    monkeypatch.setattr(track_mod._AnchorsProcess, "__init__", start_then)
 
 
 @pytest.mark.parametrize("beside_in", ["thread", "process", "default"])
@@ -211,7 +212,7 @@ def test_anchors_solved_beside_the_run_are_the_exact_ends(seed, epsilon, beside_
     monkeypatch.setattr(track_mod, "_ANCHORS_IN_PROCESS", beside_in != "thread")
     if beside_in == "process":
         monkeypatch.setattr(track_mod, "_PROCESS_MIN_LEAF_BYTES", 0)
-        _processes_solving_from_their_start(monkeypatch, track_mod)
+        _after_each_start(monkeypatch, track_mod, _wait_until_solving)
     cg = random_layered_dag(6, 3, 4, layouts=2, options=2, skip_prob=0.5, seed=seed)
     fast, small = min_sum(cg, 0.0), min_sum(cg, np.inf)
     fr = track(cg, max_merged_configs=4, epsilon=epsilon, threads=2)
@@ -375,19 +376,13 @@ def test_a_frontier_is_the_same_whether_its_anchors_run_in_a_process_or_not(seed
     on_thread = track(cg, **kwargs)
     monkeypatch.setattr(track_mod, "_ANCHORS_IN_PROCESS", True)
     monkeypatch.setattr(track_mod, "_PROCESS_MIN_LEAF_BYTES", 0)
-    start = track_mod._AnchorsProcess.__init__
     if child == "answers":
-        _processes_solving_from_their_start(monkeypatch, track_mod)
+        _after_each_start(monkeypatch, track_mod, _wait_until_solving)
     elif child == "ends at once":
         if shutil.which("true") is None:
             pytest.skip("no `true` program to stand for a child that ends")
         monkeypatch.setattr(sys, "executable", shutil.which("true"))
-
-        def start_and_end(self, *args):
-            start(self, *args)
-            self._child.wait()
-
-        monkeypatch.setattr(track_mod._AnchorsProcess, "__init__", start_and_end)
+        _after_each_start(monkeypatch, track_mod, lambda beside: beside._child.wait())
     elif child == "not solving yet":
         if shutil.which("sleep") is None or sys.platform.startswith("win"):
             pytest.skip("no `sleep` program to stand for a child that never greets")
@@ -401,12 +396,11 @@ def test_a_frontier_is_the_same_whether_its_anchors_run_in_a_process_or_not(seed
         import os
         import signal
 
-        def start_and_stop(self, *args):
-            start(self, *args)
-            _wait_until_solving(self)
-            os.kill(self._child.pid, signal.SIGSTOP)  # gets no CPU from here on
+        def solving_then_stopped(beside):
+            _wait_until_solving(beside)
+            os.kill(beside._child.pid, signal.SIGSTOP)  # gets no CPU from here on
 
-        monkeypatch.setattr(track_mod._AnchorsProcess, "__init__", start_and_stop)
+        _after_each_start(monkeypatch, track_mod, solving_then_stopped)
     in_process = track(cg, **kwargs)
     np.testing.assert_array_equal(in_process.memory, on_thread.memory)
     np.testing.assert_array_equal(in_process.time, on_thread.time)
