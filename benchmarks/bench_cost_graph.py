@@ -112,7 +112,7 @@ def closures(devices):
     from tensoropt_py.space.layout import REPLICATE
     from tensoropt_py.space.mesh import prime_factors
 
-    print(f"{'N':>3s} {'fine grid':>20s} {'nodes':>7s} {'edges':>9s} {'compiled s':>10s} {'reference s':>11s} "
+    print(f"{'N':>3s} {'fine grid':>20s} {'nodes':>7s} {'edges':>9s} {'compiled ms':>11s} {'reference ms':>12s} "
           f"{'ratio':>6s}  same")
     for n in devices:
         sizes = prime_factors(n)
@@ -130,8 +130,8 @@ def closures(devices):
         a, b = skeletons[True], skeletons[False]
         same = (a.places == b.places and a.move_info == b.move_info
                 and all(np.array_equal(x, y) for x, y in zip(a.csr(), b.csr())))
-        print(f"{n:3d} {str(sizes):>20s} {len(a.places):7d} {len(a.csr()[1]):9d} {best[True]:10.3f} "
-              f"{best[False]:11.3f} {best[False] / best[True]:6.1f}  {same}")
+        print(f"{n:3d} {str(sizes):>20s} {len(a.places):7d} {len(a.csr()[1]):9d} {best[True] * 1e3:11.2f} "
+              f"{best[False] * 1e3:12.2f} {best[False] / best[True]:6.1f}  {same}")
 
 
 def main(argv=None):
