@@ -5,7 +5,7 @@ fastest strategy under a memory cap (``mini_time``), the fewest devices that fit
 (``mini_parallelism``) or the best time at each device count (``profiling``). All
 three read the *cost frontier* of the model at a device count, which
 :func:`frontier` computes (:func:`~tensoropt_py.model_frontier.compute_frontier`) and
-caches: a frontier answers every memory cap, so asking again costs nothing. Nothing
+caches: a frontier answers every memory cap, so asking again tracks nothing. Nothing
 in the package imports this module; it only parses what users pass and calls down.
 """
 
