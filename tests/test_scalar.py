@@ -185,10 +185,10 @@ def _wait_until_solving(beside):
 
 
 def _after_each_start(monkeypatch, track_mod, then):
-    """Each anchors' process started for a run is handed to ``then`` as soon as it starts.
-    ``_wait_until_solving``: these graphs track in less time than an interpreter takes to start,
-    and a child not solving yet when first asked is ended (the run would solve its anchors after
-    it)."""
+    """Hand each anchors' process started for a run to ``then`` as soon as it starts. Tests
+    that need the child's answers pass ``_wait_until_solving``: these graphs track in less time
+    than an interpreter takes to start, and a child not solving yet when first asked is ended
+    (the run would solve its anchors after it)."""
     start = track_mod._AnchorsProcess.__init__
 
     def start_then(self, *args):
